@@ -1,0 +1,40 @@
+//! The backend trait.
+//!
+//! Backends are chosen at run time from configuration (local, e2b, ...), and the MCP layer
+//! holds one as `Arc<dyn Backend>`: dynamic dispatch costs a pointer chase per call, which is
+//! nothing beside starting a process, and keeps the front ends free of generics and lets
+//! tests put a fake behind the same seam. `async_trait` makes the trait object-safe.
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::exec::{ExecContext, ExecOutcome, ExecRequest};
+use crate::sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxStatus};
+
+/// A place where sandboxes live.
+///
+/// Errors the caller can act on (unknown id, unavailable language, a limit) come back as
+/// [`crate::Error`] variants for which `is_caller_error` is true; failures of the code itself
+/// (an exception, a non-zero exit, a timeout) are not errors but part of the
+/// [`ExecOutcome`].
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// A short name for logs and messages (`local`, `e2b`).
+    fn name(&self) -> &'static str;
+
+    /// Creates a sandbox and returns once it can run code.
+    async fn create(&self, spec: SandboxSpec) -> Result<SandboxInfo>;
+
+    /// Runs code in a sandbox, streaming output to `ctx.output` as it comes.
+    async fn exec(&self, id: &SandboxId, req: ExecRequest, ctx: ExecContext)
+    -> Result<ExecOutcome>;
+
+    /// Reports a sandbox's state and resource use.
+    async fn status(&self, id: &SandboxId) -> Result<SandboxStatus>;
+
+    /// Ends a sandbox and everything running in it.
+    async fn close(&self, id: &SandboxId) -> Result<()>;
+
+    /// Ends every sandbox of this backend (server shutdown).
+    async fn shutdown(&self);
+}

@@ -1,0 +1,28 @@
+//! # runbox-core
+//!
+//! The seam between runbox's front ends (the MCP server, the `runbox run` CLI) and its
+//! backends (the embedded local sandbox, remote clouds). It owns:
+//!
+//! - [`Backend`], the small trait every backend implements (create, exec, status, close);
+//! - the backend-neutral request and outcome types ([`ExecRequest`], [`ExecOutcome`], ...);
+//! - resource [`Limits`] and their validation;
+//! - the [`Error`] type whose variants a front end can turn into messages a caller can act on.
+//!
+//! It must never depend on a backend or on a protocol: no MCP type, no Linux syscall and no
+//! HTTP client appears here. Data flows one way: a front end builds a request from its
+//! protocol, a backend answers with an outcome, the front end renders it.
+
+mod backend;
+mod error;
+mod exec;
+mod limits;
+mod sandbox;
+
+pub use backend::Backend;
+pub use error::{Error, Result};
+pub use exec::{
+    ExecContext, ExecError, ExecOutcome, ExecRequest, Language, OutputChunk, OutputSink,
+    OutputStream, RichResult,
+};
+pub use limits::{Limits, LimitsError};
+pub use sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};
