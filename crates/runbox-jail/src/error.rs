@@ -1,0 +1,63 @@
+//! Errors of the jail, named after what failed.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::proto::ProtoError;
+
+/// Something went wrong starting, using or ending a sandbox.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JailError {
+    /// The state directory could not be prepared.
+    #[error("state directory {}: {source}", path.display())]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The init binary could not be started.
+    #[error("cannot start the sandbox init {}: {source}", exe.display())]
+    SpawnInit {
+        /// The binary.
+        exe: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The init reported a failed setup step.
+    #[error("sandbox setup failed at step \"{step}\": {error}")]
+    Setup {
+        /// The step.
+        step: String,
+        /// The error, with errno.
+        error: String,
+    },
+    /// The init exited during setup without a report.
+    #[error("the sandbox init ({}) exited during setup ({status}) without a report", exe.display())]
+    InitDied {
+        /// The binary.
+        exe: PathBuf,
+        /// Its exit status.
+        status: String,
+    },
+    /// Setup took too long.
+    #[error("sandbox setup timed out after {0:?}")]
+    SetupTimeout(Duration),
+    /// No sandbox uid is free.
+    #[error("no free sandbox uid: {0}")]
+    Uid(io::Error),
+    /// The sandbox's cgroup could not be made or joined.
+    #[error("sandbox cgroup: {0}")]
+    Cgroup(io::Error),
+    /// The control socket failed.
+    #[error("{0}")]
+    Control(#[from] ProtoError),
+    /// The sandbox has ended (its init is gone).
+    #[error("the sandbox has ended")]
+    Ended,
+    /// The init refused or failed a request.
+    #[error("{0}")]
+    Refused(String),
+}

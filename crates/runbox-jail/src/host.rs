@@ -1,0 +1,569 @@
+//! The host side of a sandbox: start one (stage one and its init, placed in a cgroup, under
+//! a leased uid), talk to its init, and end it leaving nothing behind.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, Shutdown, SockFlag, SockType, shutdown, socketpair,
+};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::cgroup::{CgroupUnavailable, Cgroups, SandboxCgroup, Usage};
+use crate::error::JailError;
+use crate::init::INIT_ARG;
+use crate::policy::{File, Identity, JailPolicy, JailSpec};
+use crate::proto::{self, ExitStatus, FromInit, ProtoError, Reply, Request, SpawnRequest, ToInit};
+use crate::report::LayerReport;
+use crate::uid::{DEFAULT_UID_BASE, DEFAULT_UID_COUNT, UidLease, UidPool};
+
+/// The uid (and gid) sandbox processes have inside a user namespace (rootless mode).
+pub const USERNS_UID: u32 = 1000;
+
+/// Host-wide settings of the jail.
+#[derive(Debug, Clone)]
+pub struct JailHostConfig {
+    /// The runbox binary to re-execute as the sandbox's init. `/proc/self/exe` keeps it the
+    /// very binary that is running, even if the file on disk is replaced.
+    pub init_exe: PathBuf,
+    /// Where runbox keeps its runtime state (uid leases, the root mount point).
+    pub state_dir: PathBuf,
+    /// Parent cgroup, relative to each hierarchy's root, instead of the server's own group
+    /// (for a subtree delegated to a non-root user).
+    pub cgroup_parent: Option<PathBuf>,
+    /// First host uid handed to sandboxes when running as root.
+    pub uid_base: u32,
+    /// How many uids from `uid_base` may be used.
+    pub uid_count: u32,
+    /// How long building a sandbox may take before it is abandoned.
+    pub setup_timeout: Duration,
+}
+
+impl Default for JailHostConfig {
+    fn default() -> Self {
+        Self {
+            init_exe: PathBuf::from("/proc/self/exe"),
+            state_dir: Self::default_state_dir(),
+            cgroup_parent: None,
+            uid_base: DEFAULT_UID_BASE,
+            uid_count: DEFAULT_UID_COUNT,
+            setup_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl JailHostConfig {
+    /// `/run/runbox` for root; `$XDG_RUNTIME_DIR/runbox` or `/tmp/runbox-<uid>` otherwise.
+    pub fn default_state_dir() -> PathBuf {
+        let uid = nix::unistd::geteuid();
+        if uid.is_root() {
+            return PathBuf::from("/run/runbox");
+        }
+        match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(d) if Path::new(&d).is_dir() => Path::new(&d).join("runbox"),
+            _ => PathBuf::from(format!("/tmp/runbox-{uid}")),
+        }
+    }
+}
+
+/// Starts sandboxes on this host.
+#[derive(Debug)]
+pub struct JailHost {
+    config: JailHostConfig,
+    cgroups: Result<Cgroups, CgroupUnavailable>,
+    uids: Option<UidPool>,
+    root_mountpoint: PathBuf,
+}
+
+impl JailHost {
+    /// Prepares the state directory, the uid pool (as root) and the cgroup parent.
+    pub fn new(config: JailHostConfig) -> Result<Self, JailError> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let state_err = |source| JailError::StateDir {
+            path: config.state_dir.clone(),
+            source,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&config.state_dir)
+            .map_err(state_err)?;
+        std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(state_err)?;
+        let root_mountpoint = config.state_dir.join("root");
+        std::fs::create_dir_all(&root_mountpoint).map_err(state_err)?;
+        let uids = if nix::unistd::geteuid().is_root() {
+            Some(
+                UidPool::new(
+                    config.state_dir.join("uids"),
+                    config.uid_base,
+                    config.uid_count,
+                )
+                .map_err(state_err)?,
+            )
+        } else {
+            None
+        };
+        let cgroups = Cgroups::detect(config.cgroup_parent.as_deref());
+        Ok(Self {
+            config,
+            cgroups,
+            uids,
+            root_mountpoint,
+        })
+    }
+
+    /// The cgroup setup, or why there is none.
+    pub fn cgroups(&self) -> Result<&Cgroups, &CgroupUnavailable> {
+        self.cgroups.as_ref()
+    }
+
+    /// Whether sandboxes use a user namespace (the server is not root).
+    pub fn rootless(&self) -> bool {
+        self.uids.is_none()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &JailHostConfig {
+        &self.config
+    }
+
+    /// Starts a sandbox named `name` (unique among live sandboxes; it names the cgroup) and
+    /// returns once its init reports every layer applied.
+    pub async fn start(&self, name: &str, mut spec: JailSpec) -> Result<Jail, JailError> {
+        let lease = match &self.uids {
+            Some(pool) => Some(pool.lease().map_err(JailError::Uid)?),
+            None => None,
+        };
+        let identity = match &lease {
+            Some(l) => Identity::HostUid {
+                uid: l.uid(),
+                gid: l.uid(),
+            },
+            None => Identity::UserNamespace {
+                uid: USERNS_UID,
+                gid: USERNS_UID,
+            },
+        };
+        spec.files.extend(identity_files(&identity));
+        let cgroup = match &self.cgroups {
+            Ok(c) => Some(c.create(name, spec.resources).map_err(JailError::Cgroup)?),
+            Err(_) => None,
+        };
+        let policy = JailPolicy {
+            identity: identity.clone(),
+            root_mountpoint: self.root_mountpoint.clone(),
+            spec,
+        };
+        let mut guard = StartGuard { cgroup };
+        let (child, shared, report) = self.launch(&policy, guard.cgroup.as_ref()).await?;
+        let reader = tokio::spawn(read_loop(Arc::clone(&shared)));
+        Ok(Jail {
+            name: name.to_owned(),
+            shared,
+            reader,
+            child: tokio::sync::Mutex::new(Some(child)),
+            cgroup: guard.cgroup.take(),
+            _uid: lease,
+            identity,
+            report,
+        })
+    }
+
+    async fn launch(
+        &self,
+        policy: &JailPolicy,
+        cgroup: Option<&SandboxCgroup>,
+    ) -> Result<(tokio::process::Child, Arc<Shared>, LayerReport), JailError> {
+        let (host_end, init_end) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        )
+        .map_err(|e| JailError::Control(ProtoError::Io(e)))?;
+        // The init's end must block: the init is a plain synchronous loop.
+        set_blocking(init_end.as_fd()).map_err(|e| JailError::Control(ProtoError::Io(e)))?;
+
+        let mut cmd = tokio::process::Command::new(&self.config.init_exe);
+        cmd.arg(INIT_ARG)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        crate::sys::stage1_pre_exec(&mut cmd, init_end.as_raw_fd());
+        let mut child = cmd.spawn().map_err(|source| JailError::SpawnInit {
+            exe: self.config.init_exe.clone(),
+            source,
+        })?;
+        drop(init_end);
+        let pid = child.id().ok_or(JailError::Ended)?;
+        if let Some(cg) = cgroup {
+            cg.add(pid).map_err(JailError::Cgroup)?;
+        }
+
+        let fd = crate::sys::async_fd(host_end)
+            .map_err(|e| JailError::Control(ProtoError::Io(io_to_nix(&e))))?;
+        let shared = Arc::new(Shared::new(fd));
+        shared
+            .send(&ToInit::Policy(Box::new(policy.clone())), &[])
+            .await?;
+        let first = tokio::time::timeout(self.config.setup_timeout, shared.recv_one()).await;
+        match first {
+            Ok(Ok(FromInit::Ready(report))) => Ok((child, shared, report)),
+            Ok(Ok(FromInit::SetupFailed { step, error })) => {
+                let _ = child.wait().await;
+                Err(JailError::Setup { step, error })
+            }
+            Ok(Ok(other)) => Err(JailError::Setup {
+                step: "handshake".into(),
+                error: format!("unexpected first message {other:?}"),
+            }),
+            Ok(Err(_)) => {
+                let status = child
+                    .wait()
+                    .await
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|e| e.to_string());
+                Err(JailError::InitDied {
+                    exe: self.config.init_exe.clone(),
+                    status,
+                })
+            }
+            Err(_) => Err(JailError::SetupTimeout(self.config.setup_timeout)),
+        }
+    }
+}
+
+/// Removes a half-made sandbox's cgroup if starting fails.
+struct StartGuard {
+    cgroup: Option<SandboxCgroup>,
+}
+
+impl Drop for StartGuard {
+    fn drop(&mut self) {
+        if let Some(cg) = self.cgroup.take() {
+            spawn_cleanup(cg);
+        }
+    }
+}
+
+fn spawn_cleanup(cg: SandboxCgroup) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(async move {
+            if let Err(e) = cg.remove(Duration::from_secs(5)).await {
+                tracing::warn!("could not remove sandbox cgroup: {e}");
+            }
+        });
+    }
+}
+
+fn set_blocking(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK)).map(drop)
+}
+
+fn io_to_nix(e: &io::Error) -> nix::Error {
+    nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn identity_files(identity: &Identity) -> Vec<File> {
+    let (uid, gid) = (identity.uid(), identity.gid());
+    vec![
+        File {
+            path: "/etc/passwd".into(),
+            contents: format!(
+                "root:x:0:0:root:/root:/usr/sbin/nologin\n\
+                 sandbox:x:{uid}:{gid}:runbox sandbox:/workspace:/bin/bash\n\
+                 nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+            ),
+            mode: 0o644,
+        },
+        File {
+            path: "/etc/group".into(),
+            contents: format!("root:x:0:\nsandbox:x:{gid}:\nnogroup:x:65534:\n"),
+            mode: 0o644,
+        },
+    ]
+}
+
+type ReplyResult = Result<(Reply, Option<oneshot::Receiver<ExitStatus>>), JailError>;
+
+#[derive(Default)]
+struct Waiters {
+    ended: bool,
+    replies: HashMap<u64, oneshot::Sender<ReplyResult>>,
+    exits: HashMap<i32, oneshot::Sender<ExitStatus>>,
+}
+
+/// The host's end of a control socket, shared by callers and the reader task.
+struct Shared {
+    fd: AsyncFd<OwnedFd>,
+    next_id: AtomicU64,
+    waiters: Mutex<Waiters>,
+    ended: watch::Sender<bool>,
+}
+
+fn proto_to_io(e: ProtoError) -> io::Error {
+    match e {
+        ProtoError::Io(errno) => io::Error::from(errno),
+        ProtoError::Closed => io::Error::new(io::ErrorKind::UnexpectedEof, "closed"),
+        ProtoError::Malformed(m) => io::Error::new(io::ErrorKind::InvalidData, m),
+    }
+}
+
+impl Shared {
+    fn new(fd: AsyncFd<OwnedFd>) -> Self {
+        Self {
+            fd,
+            next_id: AtomicU64::new(1),
+            waiters: Mutex::new(Waiters::default()),
+            ended: watch::channel(false).0,
+        }
+    }
+
+    fn waiters(&self) -> std::sync::MutexGuard<'_, Waiters> {
+        self.waiters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn send(&self, msg: &ToInit, fds: &[BorrowedFd<'_>]) -> Result<(), JailError> {
+        self.fd
+            .async_io(Interest::WRITABLE, |fd| {
+                proto::send(fd.as_fd(), msg, fds, MsgFlags::MSG_DONTWAIT).map_err(proto_to_io)
+            })
+            .await
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN) => JailError::Ended,
+                _ => JailError::Control(ProtoError::Io(io_to_nix(&e))),
+            })
+    }
+
+    async fn recv_one(&self) -> io::Result<FromInit> {
+        let mut buf = Vec::new();
+        self.fd
+            .async_io(Interest::READABLE, |fd| {
+                proto::recv::<FromInit>(fd.as_fd(), &mut buf, MsgFlags::MSG_DONTWAIT)
+                    .map(|(m, _)| m)
+                    .map_err(proto_to_io)
+            })
+            .await
+    }
+
+    fn dispatch(&self, msg: FromInit) {
+        let mut w = self.waiters();
+        match msg {
+            FromInit::Reply { id, result } => {
+                let Some(tx) = w.replies.remove(&id) else {
+                    return;
+                };
+                let answer = match result {
+                    Ok(Reply::Spawned { pid }) => {
+                        // Register before anything else is read, so the exit cannot be missed.
+                        let (etx, erx) = oneshot::channel();
+                        w.exits.insert(pid, etx);
+                        Ok((Reply::Spawned { pid }, Some(erx)))
+                    }
+                    Ok(r) => Ok((r, None)),
+                    Err(e) => Err(JailError::Refused(e)),
+                };
+                let _ = tx.send(answer);
+            }
+            FromInit::Exited { pid, status } => {
+                if let Some(tx) = w.exits.remove(&pid) {
+                    let _ = tx.send(status);
+                }
+            }
+            FromInit::Ready(_) | FromInit::SetupFailed { .. } => {}
+        }
+    }
+
+    fn end(&self) {
+        let mut w = self.waiters();
+        w.ended = true;
+        for (_, tx) in w.replies.drain() {
+            let _ = tx.send(Err(JailError::Ended));
+        }
+        w.exits.clear();
+        drop(w);
+        self.ended.send_replace(true);
+    }
+
+    async fn request(&self, request: Request, fds: &[BorrowedFd<'_>]) -> ReplyResult {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut w = self.waiters();
+            if w.ended {
+                return Err(JailError::Ended);
+            }
+            w.replies.insert(id, tx);
+        }
+        if let Err(e) = self.send(&ToInit::Request { id, request }, fds).await {
+            self.waiters().replies.remove(&id);
+            return Err(e);
+        }
+        rx.await.unwrap_or(Err(JailError::Ended))
+    }
+}
+
+async fn read_loop(shared: Arc<Shared>) {
+    while let Ok(msg) = shared.recv_one().await {
+        shared.dispatch(msg);
+    }
+    shared.end();
+}
+
+/// A process started in a sandbox.
+#[derive(Debug)]
+pub struct Spawned {
+    /// Its pid inside the sandbox.
+    pub pid: i32,
+    /// Resolves when it ends; fails if the sandbox ends first.
+    pub exit: oneshot::Receiver<ExitStatus>,
+}
+
+/// A live sandbox.
+#[derive(Debug)]
+pub struct Jail {
+    name: String,
+    shared: Arc<Shared>,
+    reader: JoinHandle<()>,
+    child: tokio::sync::Mutex<Option<tokio::process::Child>>,
+    cgroup: Option<SandboxCgroup>,
+    _uid: Option<UidLease>,
+    identity: Identity,
+    report: LayerReport,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("fd", &self.fd.get_ref())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Jail {
+    /// The name it was started with.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The layers its init applied.
+    pub fn report(&self) -> &LayerReport {
+        &self.report
+    }
+
+    /// Who its processes are.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// Starts a process; `fds` become its fds 0, 1, 2, ... (at least three).
+    pub async fn spawn(
+        &self,
+        request: SpawnRequest,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Spawned, JailError> {
+        match self.shared.request(Request::Spawn(request), fds).await? {
+            (Reply::Spawned { pid }, Some(exit)) => Ok(Spawned { pid, exit }),
+            (other, _) => Err(JailError::Refused(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Sends `signal` to a process, or to its process group.
+    pub async fn signal(&self, pid: i32, signal: i32, group: bool) -> Result<(), JailError> {
+        self.shared
+            .request(Request::Signal { pid, signal, group }, &[])
+            .await
+            .map(drop)
+    }
+
+    /// Checks that the init answers.
+    pub async fn ping(&self) -> Result<(), JailError> {
+        self.shared.request(Request::Ping, &[]).await.map(drop)
+    }
+
+    /// Whether the sandbox has ended (its init is gone).
+    pub fn has_ended(&self) -> bool {
+        *self.shared.ended.borrow()
+    }
+
+    /// Resolves when the sandbox ends.
+    pub async fn ended(&self) {
+        let mut rx = self.shared.ended.subscribe();
+        let _ = rx.wait_for(|e| *e).await;
+    }
+
+    /// Resource use, from the cgroup layer (empty without cgroups).
+    pub fn usage(&self) -> Usage {
+        self.cgroup
+            .as_ref()
+            .map(SandboxCgroup::usage)
+            .unwrap_or_default()
+    }
+
+    /// The sandbox's cgroup directories (empty without cgroups).
+    pub fn cgroup_paths(&self) -> Vec<PathBuf> {
+        self.cgroup
+            .as_ref()
+            .map(|c| c.paths().into_iter().map(Path::to_path_buf).collect())
+            .unwrap_or_default()
+    }
+
+    /// Host pid of stage one, the init's parent (for diagnostics and tests).
+    pub async fn stage_one_pid(&self) -> Option<u32> {
+        self.child
+            .lock()
+            .await
+            .as_ref()
+            .and_then(tokio::process::Child::id)
+    }
+
+    /// Ends the sandbox: closes the control socket (the init exits and the kernel kills
+    /// every process in its PID namespace), waits for stage one, removes the cgroup.
+    pub async fn shutdown(&self) {
+        let _ = shutdown(self.shared.fd.get_ref().as_raw_fd(), Shutdown::Both);
+        let child = self.child.lock().await.take();
+        if let Some(mut child) = child
+            && tokio::time::timeout(Duration::from_secs(3), child.wait())
+                .await
+                .is_err()
+        {
+            tracing::warn!(sandbox = %self.name, "init did not exit; killing the sandbox");
+            let _ = child.start_kill();
+            if let Some(cg) = &self.cgroup {
+                cg.kill_all();
+            }
+            let _ = child.wait().await;
+        }
+        if let Some(cg) = &self.cgroup
+            && let Err(e) = cg.remove(Duration::from_secs(5)).await
+        {
+            tracing::warn!(sandbox = %self.name, "could not remove cgroup: {e}");
+        }
+    }
+}
+
+impl Drop for Jail {
+    fn drop(&mut self) {
+        self.reader.abort();
+        // If `shutdown` was not awaited, stage one is killed by `kill_on_drop`, which takes
+        // the init (parent-death signal) and the namespace with it; the cgroup goes once empty.
+        let _ = shutdown(self.shared.fd.get_ref().as_raw_fd(), Shutdown::Both);
+        if let Some(cg) = self.cgroup.take() {
+            spawn_cleanup(cg);
+        }
+    }
+}
