@@ -1,0 +1,301 @@
+//! The local backend: sandboxes on this machine, through [`runbox_jail`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use runbox_core::{
+    Backend, Error, ExecContext, ExecOutcome, ExecRequest, Language, Limits, SandboxId,
+    SandboxInfo, SandboxSpec, SandboxState, SandboxStatus,
+};
+use runbox_jail::{JailHost, JailHostConfig, LayerReport};
+
+use crate::layout::Layout;
+use crate::runtime::{InterpreterPaths, Runtime};
+use crate::sandbox::{LocalSandbox, RunSettings};
+
+/// Settings of the local backend.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// Host-side jail settings (init binary, state directory, cgroup parent, uid range).
+    pub jail: JailHostConfig,
+    /// Interpreters to use instead of those on `PATH`.
+    pub interpreters: InterpreterPaths,
+    /// Limits of a sandbox whose creator asks for none.
+    pub default_limits: Limits,
+    /// Most sandboxes alive at once.
+    pub max_sandboxes: usize,
+    /// How long a kernel may take to start.
+    pub kernel_start_timeout: Duration,
+    /// How long interrupted code has to stop before it is killed.
+    pub interrupt_grace: Duration,
+    /// TCP ports sandboxed code may bind and connect to on its own loopback (none by
+    /// default: Landlock refuses all TCP).
+    pub sandbox_tcp_ports: Vec<u16>,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        Self {
+            jail: JailHostConfig::default(),
+            interpreters: InterpreterPaths::default(),
+            default_limits: Limits::default(),
+            max_sandboxes: 100,
+            kernel_start_timeout: Duration::from_secs(30),
+            interrupt_grace: Duration::from_secs(2),
+            sandbox_tcp_ports: Vec::new(),
+        }
+    }
+}
+
+/// Facts about a live sandbox for diagnostics and tests: where it lives on the host.
+#[derive(Debug, Clone)]
+pub struct Diagnostics {
+    /// Host pid of the sandbox's stage-one process (the init's parent).
+    pub stage_one_pid: Option<u32>,
+    /// Its cgroup directories.
+    pub cgroup_paths: Vec<PathBuf>,
+    /// The uid its processes run as, as the host sees it (`None` in a user namespace,
+    /// where it is the server's own).
+    pub host_uid: Option<u32>,
+    /// The layers its init applied.
+    pub layers: LayerReport,
+}
+
+/// Sandboxes on this machine.
+pub struct LocalBackend {
+    host: JailHost,
+    runtime: Runtime,
+    layout: Layout,
+    base_env: Vec<(String, String)>,
+    config: LocalConfig,
+    sandboxes: Mutex<Registry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    live: HashMap<SandboxId, Arc<LocalSandbox>>,
+    /// Creations in progress, counted against `max_sandboxes`.
+    starting: usize,
+}
+
+impl std::fmt::Debug for LocalBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBackend")
+            .field("runtime", &self.runtime)
+            .field("sandboxes", &self.registry().live.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalBackend {
+    /// Prepares the host (state directory, cgroups) and finds the interpreters.
+    pub async fn new(config: LocalConfig) -> Result<Self, Error> {
+        config
+            .default_limits
+            .validate()
+            .map_err(|e| Error::InvalidRequest(format!("default limits: {e}")))?;
+        let host = JailHost::new(config.jail.clone())
+            .map_err(|e| Error::sandbox_caused_by("cannot prepare the local sandbox host", e))?;
+        let runtime = Runtime::discover(&config.interpreters).await;
+        let layout = Layout::plan(&runtime, config.sandbox_tcp_ports.clone());
+        let base_env = Layout::base_env(&runtime);
+        match host.cgroups() {
+            Ok(c) => {
+                tracing::debug!(version = ?c.version(), controllers = ?c.controllers(), "cgroups")
+            }
+            Err(e) => tracing::warn!(
+                "cgroups unavailable ({e}): memory, process and CPU limits fall back to rlimits only"
+            ),
+        }
+        Ok(Self {
+            host,
+            runtime,
+            layout,
+            base_env,
+            config,
+            sandboxes: Mutex::new(Registry::default()),
+        })
+    }
+
+    /// The interpreters found.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The jail host (for `runbox doctor`).
+    pub fn host(&self) -> &JailHost {
+        &self.host
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn get(&self, id: &SandboxId) -> Result<Arc<LocalSandbox>, Error> {
+        self.registry()
+            .live
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::not_found(id))
+    }
+
+    fn settings(&self) -> RunSettings {
+        RunSettings {
+            kernel_start_timeout: self.config.kernel_start_timeout,
+            interrupt_grace: self.config.interrupt_grace,
+        }
+    }
+
+    /// Starts `language`'s kernel in a sandbox now rather than on first use (a warm pool
+    /// does this); returns the interpreter's version.
+    pub async fn warm_kernel(&self, id: &SandboxId, language: Language) -> Result<String, Error> {
+        self.get(id)?
+            .ensure_kernel(&self.runtime, language, self.settings())
+            .await
+    }
+
+    /// Where a sandbox lives on the host.
+    pub async fn diagnostics(&self, id: &SandboxId) -> Result<Diagnostics, Error> {
+        let sb = self.get(id)?;
+        Ok(Diagnostics {
+            stage_one_pid: sb.jail.stage_one_pid().await,
+            cgroup_paths: sb.jail.cgroup_paths(),
+            host_uid: match sb.jail.identity() {
+                runbox_jail::policy::Identity::HostUid { uid, .. } => Some(*uid),
+                runbox_jail::policy::Identity::UserNamespace { .. } => None,
+            },
+            layers: sb.jail.report().clone(),
+        })
+    }
+
+    fn check_env(env: &BTreeMap<String, String>) -> Result<(), Error> {
+        for (k, v) in env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(Error::InvalidRequest(format!(
+                    "environment variable {k:?}: names must be non-empty without '=' or NUL, values without NUL"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Releases a reserved creation slot if creation fails or is abandoned.
+struct Reservation<'a> {
+    backend: &'a LocalBackend,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.backend.registry().starting -= 1;
+    }
+}
+
+#[async_trait]
+impl Backend for LocalBackend {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn create(&self, spec: SandboxSpec) -> Result<SandboxInfo, Error> {
+        let limits = spec
+            .limits
+            .unwrap_or_else(|| self.config.default_limits.clone());
+        limits
+            .validate()
+            .map_err(|e| Error::InvalidRequest(e.to_string()))?;
+        Self::check_env(&spec.env)?;
+        let reservation = {
+            let mut reg = self.registry();
+            if reg.live.len() + reg.starting >= self.config.max_sandboxes {
+                return Err(Error::LimitReached(format!(
+                    "this server already runs its maximum of {} sandboxes; close one you no longer need",
+                    self.config.max_sandboxes
+                )));
+            }
+            reg.starting += 1;
+            Reservation { backend: self }
+        };
+        let id = SandboxId::random();
+        let jail = self
+            .host
+            .start(id.as_str(), self.layout.spec(&limits))
+            .await
+            .map_err(|e| Error::sandbox_caused_by("could not create a sandbox", e))?;
+        tracing::debug!(sandbox = %id, layers = ?jail.report(), "sandbox created");
+        let mut env: BTreeMap<String, String> = self.base_env.iter().cloned().collect();
+        env.extend(spec.env);
+        let sandbox = Arc::new(LocalSandbox::new(id.clone(), jail, limits.clone(), env));
+        let info = SandboxInfo {
+            id: id.clone(),
+            created_at: sandbox.created_at,
+            limits,
+            languages: self.runtime.languages(),
+        };
+        self.registry().live.insert(id, sandbox);
+        drop(reservation);
+        Ok(info)
+    }
+
+    async fn exec(
+        &self,
+        id: &SandboxId,
+        req: ExecRequest,
+        ctx: ExecContext,
+    ) -> Result<ExecOutcome, Error> {
+        Self::check_env(&req.env)?;
+        let sandbox = self.get(id)?;
+        let result = sandbox
+            .exec(&self.runtime, &req, &ctx, self.settings())
+            .await;
+        if sandbox.jail.has_ended() {
+            // The sandbox died under the run (closed meanwhile, or its init was killed).
+            self.registry().live.remove(id);
+        }
+        result
+    }
+
+    async fn status(&self, id: &SandboxId) -> Result<SandboxStatus, Error> {
+        let sb = self.get(id)?;
+        let usage = sb.jail.usage();
+        Ok(SandboxStatus {
+            id: sb.id.clone(),
+            state: if sb.jail.has_ended() {
+                SandboxState::Closed
+            } else {
+                SandboxState::Running
+            },
+            created_at: sb.created_at,
+            limits: sb.limits.clone(),
+            memory_bytes: usage.memory_bytes,
+            cpu_seconds: usage.cpu_seconds,
+            pids: usage.pids,
+            kernels: sb.kernels(),
+        })
+    }
+
+    async fn close(&self, id: &SandboxId) -> Result<(), Error> {
+        let sandbox = self
+            .registry()
+            .live
+            .remove(id)
+            .ok_or_else(|| Error::not_found(id))?;
+        sandbox.jail.shutdown().await;
+        tracing::debug!(sandbox = %id, "sandbox closed");
+        Ok(())
+    }
+
+    async fn shutdown(&self) {
+        let all: Vec<Arc<LocalSandbox>> = self.registry().live.drain().map(|(_, s)| s).collect();
+        let mut closing = tokio::task::JoinSet::new();
+        for sandbox in all {
+            closing.spawn(async move { sandbox.jail.shutdown().await });
+        }
+        while closing.join_next().await.is_some() {}
+    }
+}

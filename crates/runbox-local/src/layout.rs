@@ -1,0 +1,222 @@
+//! The sandbox's filesystem and restrictions, as a [`JailSpec`]: what of the host is visible
+//! (read-only), which files are generated, where the kernel drivers go, and the Landlock,
+//! rlimit and cgroup settings derived from the sandbox's [`Limits`].
+
+use std::path::{Path, PathBuf};
+
+use runbox_core::Limits;
+use runbox_jail::{Bind, CgroupLimits, File, JailSpec, LandlockPolicy, Rlimits, Tmpfs};
+
+use crate::runtime::Runtime;
+
+/// Where the kernel drivers live inside every sandbox.
+pub(crate) const DRIVER_DIR: &str = "/opt/runbox";
+pub(crate) const PYTHON_DRIVER: &str = "/opt/runbox/python_kernel.py";
+pub(crate) const NODE_DRIVER: &str = "/opt/runbox/node_kernel.js";
+pub(crate) const BASH_PRELUDE: &str = "/opt/runbox/bash_prelude.sh";
+
+/// Top-level entries of the host that every sandbox mirrors: a symlink where the host has
+/// one (merged /usr), a read-only bind where it has a directory.
+const TOP_LEVEL: [&str; 7] = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Files and directories of the host's `/etc` bound read-only when present: the dynamic
+/// linker's cache, certificates, time zone, MIME and service tables, alternatives (plus
+/// every `python3*` entry, where Debian's Python keeps its site configuration).
+const ETC_BINDS: [&str; 13] = [
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "ssl",
+    "ca-certificates",
+    "alternatives",
+    "localtime",
+    "timezone",
+    "mime.types",
+    "protocols",
+    "services",
+    "os-release",
+    "fonts",
+];
+
+/// The parts of a sandbox's layout that do not change between sandboxes.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    binds: Vec<Bind>,
+    symlinks: Vec<(PathBuf, PathBuf)>,
+    files: Vec<File>,
+    read_exec: Vec<PathBuf>,
+    tcp_ports: Vec<u16>,
+}
+
+fn file(path: &str, contents: impl Into<String>, mode: u32) -> File {
+    File {
+        path: path.into(),
+        contents: contents.into(),
+        mode,
+    }
+}
+
+impl Layout {
+    /// Plans the layout for the interpreters in `runtime`, reading the host's top level.
+    pub(crate) fn plan(runtime: &Runtime, tcp_ports: Vec<u16>) -> Self {
+        let mut binds = Vec::new();
+        let mut symlinks = Vec::new();
+        let mut read_exec: Vec<PathBuf> = vec!["/etc".into(), DRIVER_DIR.into(), "/proc".into()];
+        for name in TOP_LEVEL {
+            let host = Path::new("/").join(name);
+            match std::fs::symlink_metadata(&host) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(target) = std::fs::read_link(&host) {
+                        symlinks.push((host, target));
+                    }
+                }
+                Ok(m) if m.is_dir() => {
+                    binds.push(Bind {
+                        source: host.clone(),
+                        target: host.clone(),
+                    });
+                    read_exec.push(host);
+                }
+                _ => {}
+            }
+        }
+        let python_etc = std::fs::read_dir("/etc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("python3"));
+        for name in ETC_BINDS.iter().map(|s| (*s).to_owned()).chain(python_etc) {
+            let host = Path::new("/etc").join(name);
+            if host.exists() {
+                binds.push(Bind {
+                    source: host.clone(),
+                    target: host,
+                });
+            }
+        }
+        for interpreter in [&runtime.python, &runtime.node, &runtime.bash]
+            .into_iter()
+            .flatten()
+        {
+            for dir in &interpreter.binds {
+                if !binds.iter().any(|b| dir.starts_with(&b.target)) {
+                    binds.push(Bind {
+                        source: dir.clone(),
+                        target: dir.clone(),
+                    });
+                    read_exec.push(dir.clone());
+                }
+            }
+        }
+        symlinks.push(("/var/tmp".into(), "/tmp".into()));
+        let files = vec![
+            file("/etc/hostname", "sandbox\n", 0o644),
+            file(
+                "/etc/hosts",
+                "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+                0o644,
+            ),
+            file(
+                "/etc/resolv.conf",
+                "# This sandbox has no network access.\n",
+                0o644,
+            ),
+            file(
+                "/etc/nsswitch.conf",
+                "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n\
+                 protocols: files\nservices: files\n",
+                0o644,
+            ),
+            file(
+                PYTHON_DRIVER,
+                include_str!("../kernels/python_kernel.py"),
+                0o644,
+            ),
+            file(
+                NODE_DRIVER,
+                include_str!("../kernels/node_kernel.js"),
+                0o644,
+            ),
+            file(
+                BASH_PRELUDE,
+                include_str!("../kernels/bash_prelude.sh"),
+                0o644,
+            ),
+        ];
+        Self {
+            binds,
+            symlinks,
+            files,
+            read_exec,
+            tcp_ports,
+        }
+    }
+
+    /// The jail spec of one sandbox with `limits`.
+    pub(crate) fn spec(&self, limits: &Limits) -> JailSpec {
+        let mib = |m: u64| m.saturating_mul(1 << 20);
+        JailSpec {
+            hostname: "sandbox".into(),
+            binds: self.binds.clone(),
+            symlinks: self.symlinks.clone(),
+            files: self.files.clone(),
+            workspace: Tmpfs {
+                size_bytes: mib(limits.workspace_mb),
+                inodes: limits.inodes,
+            },
+            tmp: Tmpfs {
+                size_bytes: mib(limits.tmp_mb),
+                inodes: limits.inodes,
+            },
+            rlimits: Rlimits {
+                nproc: u64::from(limits.pids),
+                nofile: limits.open_files,
+                fsize: mib(limits.workspace_mb.max(limits.tmp_mb)),
+                cpu_seconds: 0,
+                memlock: 64 * 1024,
+                stack: 0,
+            },
+            landlock: LandlockPolicy {
+                list: vec!["/".into()],
+                read_exec: self.read_exec.clone(),
+                read_write: vec!["/workspace".into(), "/tmp".into(), "/dev/shm".into()],
+                devices: vec!["/dev".into()],
+                tcp_ports: self.tcp_ports.clone(),
+            },
+            resources: CgroupLimits {
+                memory_bytes: limits.memory_bytes(),
+                pids: limits.pids,
+                cpus: limits.cpus,
+            },
+        }
+    }
+
+    /// The environment every process of a sandbox starts with, before the caller's own.
+    pub(crate) fn base_env(runtime: &Runtime) -> Vec<(String, String)> {
+        let mut path = String::new();
+        if let Ok(py) = &runtime.python
+            && let Some(dir) = py.path.parent()
+            && !dir.starts_with("/usr")
+        {
+            path.push_str(&format!("{}:", dir.display()));
+        }
+        path.push_str("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        [
+            ("PATH", path.as_str()),
+            ("HOME", "/workspace"),
+            ("USER", "sandbox"),
+            ("LOGNAME", "sandbox"),
+            ("SHELL", "/bin/bash"),
+            ("LANG", "C.UTF-8"),
+            ("TERM", "dumb"),
+            ("TMPDIR", "/tmp"),
+            ("PYTHONUNBUFFERED", "1"),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("MPLBACKEND", "Agg"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    }
+}

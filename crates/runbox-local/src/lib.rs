@@ -1,0 +1,23 @@
+//! # runbox-local
+//!
+//! The embedded default backend: sandboxes on this machine, no daemon, milliseconds to
+//! start. It owns what runs *inside* a sandbox and nothing about how a sandbox is isolated
+//! (that is `runbox-jail`):
+//!
+//! - [`layout`](crate::layout): the sandbox's filesystem and restrictions as a jail spec;
+//! - [`runtime`]: the host's interpreters, found once;
+//! - `kernel`: persistent Python and JavaScript kernels (drivers in `kernels/`, embedded
+//!   at build time) and bash runs that keep exported variables and the working directory;
+//! - `output`: capped capture, live streaming, end-of-run markers.
+//!
+//! Code never runs outside a jail here: every process is started by a sandbox's init.
+
+mod backend;
+mod kernel;
+mod layout;
+mod output;
+pub mod runtime;
+mod sandbox;
+
+pub use backend::{Diagnostics, LocalBackend, LocalConfig};
+pub use runtime::{Interpreter, InterpreterPaths, Runtime};

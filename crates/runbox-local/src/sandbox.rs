@@ -1,0 +1,215 @@
+//! One local sandbox: its jail, its kernels (started on first use) and its bash state.
+
+use std::time::{Duration, SystemTime};
+
+use runbox_core::{Error, ExecContext, ExecOutcome, ExecRequest, Language, Limits, SandboxId};
+use runbox_jail::Jail;
+use tokio::sync::Mutex;
+
+use crate::kernel::Kernel;
+use crate::kernel::bash::{self, BashState};
+use crate::layout::{NODE_DRIVER, PYTHON_DRIVER};
+use crate::runtime::Runtime;
+
+/// A kernel, or the memory that one was lost (so the next run can say it started afresh).
+#[derive(Debug, Default)]
+struct KernelSlot {
+    kernel: Option<Kernel>,
+    lost: bool,
+}
+
+/// Settings shared by every run of a sandbox.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunSettings {
+    pub(crate) kernel_start_timeout: Duration,
+    pub(crate) interrupt_grace: Duration,
+}
+
+#[derive(Debug)]
+pub(crate) struct LocalSandbox {
+    pub(crate) id: SandboxId,
+    pub(crate) jail: Jail,
+    pub(crate) created_at: SystemTime,
+    pub(crate) limits: Limits,
+    /// `KEY=VALUE` every kernel starts with: the base environment plus the caller's.
+    env: Vec<String>,
+    python: Mutex<KernelSlot>,
+    node: Mutex<KernelSlot>,
+    bash: Mutex<BashState>,
+}
+
+impl LocalSandbox {
+    pub(crate) fn new(
+        id: SandboxId,
+        jail: Jail,
+        limits: Limits,
+        env: std::collections::BTreeMap<String, String>,
+    ) -> Self {
+        Self {
+            id,
+            jail,
+            created_at: SystemTime::now(),
+            limits,
+            env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            python: Mutex::default(),
+            node: Mutex::default(),
+            bash: Mutex::new(BashState::new(env)),
+        }
+    }
+
+    fn slot(&self, language: Language) -> Option<&Mutex<KernelSlot>> {
+        match language {
+            Language::Python => Some(&self.python),
+            Language::JavaScript => Some(&self.node),
+            Language::TypeScript | Language::Bash => None,
+        }
+    }
+
+    /// Languages with a kernel running now.
+    pub(crate) fn kernels(&self) -> Vec<Language> {
+        [Language::Python, Language::JavaScript]
+            .into_iter()
+            .filter(|&lang| match self.slot(lang).map(Mutex::try_lock) {
+                Some(Ok(mut s)) => s.kernel.as_mut().is_some_and(Kernel::is_alive),
+                // Busy running code: certainly alive.
+                Some(Err(_)) => true,
+                None => false,
+            })
+            .collect()
+    }
+
+    /// Starts the kernel for `language` if it is not running; returns its version.
+    pub(crate) async fn ensure_kernel(
+        &self,
+        runtime: &Runtime,
+        language: Language,
+        settings: RunSettings,
+    ) -> Result<String, Error> {
+        let Some(slot) = self.slot(language) else {
+            return Err(Error::InvalidRequest(format!(
+                "{language} has no persistent kernel"
+            )));
+        };
+        let mut slot = slot.lock().await;
+        self.live_kernel(&mut slot, runtime, language, settings)
+            .await
+            .map(|k| k.version().to_owned())
+    }
+
+    async fn live_kernel<'a>(
+        &self,
+        slot: &'a mut KernelSlot,
+        runtime: &Runtime,
+        language: Language,
+        settings: RunSettings,
+    ) -> Result<&'a mut Kernel, Error> {
+        if slot.kernel.as_mut().is_some_and(|k| !k.is_alive()) {
+            slot.kernel = None;
+            slot.lost = true;
+        }
+        if slot.kernel.is_none() {
+            let interpreter =
+                runtime
+                    .for_language(language)
+                    .map_err(|reason| Error::LanguageUnavailable {
+                        language,
+                        reason: reason.to_owned(),
+                    })?;
+            let path = interpreter.path.to_string_lossy().into_owned();
+            let argv = match language {
+                Language::Python => vec![path, PYTHON_DRIVER.into()],
+                _ => vec![path, "--expose-internals".into(), NODE_DRIVER.into()],
+            };
+            let kernel = Kernel::start(
+                &self.jail,
+                language,
+                argv,
+                self.env.clone(),
+                settings.kernel_start_timeout,
+            )
+            .await
+            .map_err(|e| {
+                if self.jail.has_ended() {
+                    Error::not_found(&self.id)
+                } else {
+                    Error::sandbox_caused_by(format!("sandbox {}", self.id), e)
+                }
+            })?;
+            slot.kernel = Some(kernel);
+        }
+        slot.kernel
+            .as_mut()
+            .ok_or_else(|| Error::sandbox("kernel vanished"))
+    }
+
+    /// Runs code.
+    pub(crate) async fn exec(
+        &self,
+        runtime: &Runtime,
+        req: &ExecRequest,
+        ctx: &ExecContext,
+        settings: RunSettings,
+    ) -> Result<ExecOutcome, Error> {
+        if self.jail.has_ended() {
+            return Err(Error::not_found(&self.id));
+        }
+        let limit = self.limits.output_bytes;
+        match req.language {
+            Language::TypeScript => Err(Error::LanguageUnavailable {
+                language: Language::TypeScript,
+                reason: "TypeScript is not supported by this build yet; run the code as javascript"
+                    .into(),
+            }),
+            Language::Bash => {
+                let bash_path = runtime
+                    .for_language(Language::Bash)
+                    .map_err(|reason| Error::LanguageUnavailable {
+                        language: Language::Bash,
+                        reason: reason.into(),
+                    })?
+                    .path
+                    .to_string_lossy()
+                    .into_owned();
+                let mut state = self.bash.lock().await;
+                bash::run(
+                    &self.jail,
+                    &bash_path,
+                    &mut state,
+                    req,
+                    ctx,
+                    limit,
+                    settings.interrupt_grace,
+                )
+                .await
+            }
+            language => {
+                let Some(slot) = self.slot(language) else {
+                    return Err(Error::InvalidRequest(format!("{language} has no kernel")));
+                };
+                let mut slot = slot.lock().await;
+                let was_lost = slot.lost;
+                let kernel = self
+                    .live_kernel(&mut slot, runtime, language, settings)
+                    .await?;
+                let report = kernel
+                    .run(&self.jail, req, ctx, limit, settings.interrupt_grace)
+                    .await;
+                let mut outcome = report.outcome;
+                if was_lost {
+                    slot.lost = false;
+                    outcome.notes.insert(
+                        0,
+                        format!("A fresh {language} kernel was started: the previous one was lost, with its state."),
+                    );
+                }
+                if !report.kernel_alive {
+                    if let Some(mut k) = slot.kernel.take() {
+                        k.kill(&self.jail).await;
+                    }
+                    slot.lost = true;
+                }
+                Ok(outcome)
+            }
+        }
+    }
+}
