@@ -1,0 +1,354 @@
+//! `runbox doctor`: one line per isolation layer, then proof: a real sandbox is started,
+//! its init's report is printed, and a process inside confirms what it sees.
+
+use std::time::{Duration, Instant};
+
+use runbox_core::{Backend, ExecContext, ExecRequest, Language, Limits, SandboxId, SandboxSpec};
+use runbox_local::LocalBackend;
+
+use crate::cli::DoctorArgs;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Default)]
+struct Report {
+    failures: Vec<String>,
+    warnings: usize,
+}
+
+impl Report {
+    fn line(&mut self, status: Status, layer: &str, detail: impl AsRef<str>) {
+        let tag = match status {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+        };
+        println!("  {tag:<5} {layer:<22} {}", detail.as_ref());
+        match status {
+            Status::Fail => self.failures.push(format!("{layer}: {}", detail.as_ref())),
+            Status::Warn => self.warnings += 1,
+            Status::Ok => {}
+        }
+    }
+
+    fn check(&mut self, ok: bool, layer: &str, good: impl AsRef<str>, bad: impl AsRef<str>) {
+        if ok {
+            self.line(Status::Ok, layer, good);
+        } else {
+            self.line(Status::Fail, layer, bad);
+        }
+    }
+}
+
+pub(crate) async fn main(args: DoctorArgs) -> u8 {
+    let mut r = Report::default();
+    let probe = runbox_jail::probe::probe();
+    let root = probe.euid == 0;
+    println!(
+        "runbox doctor: Linux {}, running as {}",
+        probe.kernel,
+        if root {
+            "root".to_owned()
+        } else {
+            format!("uid {}", probe.euid)
+        }
+    );
+    println!("host:");
+    if root {
+        r.line(
+            Status::Ok,
+            "identity",
+            format!(
+                "each sandbox runs as its own unprivileged host uid (from {}), never uid 0; no user namespace needed",
+                runbox_jail::DEFAULT_UID_BASE
+            ),
+        );
+    } else {
+        match &probe.user_namespaces {
+            Ok(()) => r.line(
+                Status::Ok,
+                "user namespace",
+                "available: one sandbox uid maps to yours, nothing to root",
+            ),
+            Err(e) => r.line(Status::Fail, "user namespace", e),
+        }
+    }
+    match &probe.seccomp {
+        Ok(()) => r.line(
+            Status::Ok,
+            "seccomp",
+            "filters with errno actions available",
+        ),
+        Err(e) => r.line(Status::Fail, "seccomp", e),
+    }
+    match probe.landlock_abi {
+        0 => r.line(
+            Status::Warn,
+            "landlock",
+            "not available: filesystem and TCP restrictions rest on mounts and namespaces alone",
+        ),
+        abi @ 1..=3 => r.line(
+            Status::Warn,
+            "landlock",
+            format!("ABI {abi}: filesystem only (TCP rules need ABI 4, scopes ABI 6)"),
+        ),
+        abi @ 4..=5 => r.line(
+            Status::Warn,
+            "landlock",
+            format!("ABI {abi}: filesystem and TCP (signal and socket scopes need ABI 6)"),
+        ),
+        abi => r.line(
+            Status::Ok,
+            "landlock",
+            format!("ABI {abi}: filesystem, TCP bind/connect, signal and abstract-socket scopes"),
+        ),
+    }
+
+    let backend = match LocalBackend::new(args.engine.local_config(Limits::default())).await {
+        Ok(b) => b,
+        Err(e) => {
+            r.line(Status::Fail, "engine", format!("{e}: {}", source_chain(&e)));
+            return finish(&r);
+        }
+    };
+    match backend.host().cgroups() {
+        Ok(c) => {
+            let swap = if c.limits_swap() {
+                "memory limit includes swap"
+            } else {
+                "memory limit excludes swap (no swap accounting)"
+            };
+            r.line(
+                Status::Ok,
+                "cgroups",
+                format!("{:?}: {}; {swap}", c.version(), c.controllers().join(", ")),
+            );
+        }
+        Err(e) => r.line(
+            Status::Warn,
+            "cgroups",
+            format!("unavailable, so memory, process and CPU limits fall back to rlimits: {e}"),
+        ),
+    }
+    let rt = backend.runtime();
+    for (name, found) in [
+        ("python", &rt.python),
+        ("node", &rt.node),
+        ("bash", &rt.bash),
+    ] {
+        match found {
+            Ok(i) => {
+                let binds = if i.binds.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", bound read-only from {}",
+                        i.binds
+                            .iter()
+                            .map(|b| b.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                r.line(
+                    Status::Ok,
+                    name,
+                    format!("{} ({}){binds}", i.path.display(), i.version),
+                );
+            }
+            Err(e) => r.line(Status::Warn, name, format!("not available: {e}")),
+        }
+    }
+
+    println!("a sandbox, started now:");
+    let started = Instant::now();
+    let id = match backend.create(SandboxSpec::default()).await {
+        Ok(info) => {
+            r.line(
+                Status::Ok,
+                "create",
+                format!(
+                    "started in {:.1} ms",
+                    started.elapsed().as_secs_f64() * 1000.0
+                ),
+            );
+            info.id
+        }
+        Err(e) => {
+            r.line(Status::Fail, "create", format!("{e}: {}", source_chain(&e)));
+            return finish(&r);
+        }
+    };
+    sandbox_checks(&mut r, &backend, &id).await;
+    let _ = backend.close(&id).await;
+    finish(&r)
+}
+
+async fn sandbox_checks(r: &mut Report, backend: &LocalBackend, id: &SandboxId) {
+    let Ok(diag) = backend.diagnostics(id).await else {
+        r.line(Status::Fail, "report", "the sandbox vanished");
+        return;
+    };
+    let l = &diag.layers;
+    r.line(Status::Ok, "namespaces", l.namespaces.join(", "));
+    r.line(Status::Ok, "identity", &l.identity);
+    r.check(
+        l.pivot_root,
+        "root",
+        "fresh tmpfs root via pivot_root, old root detached",
+        "pivot_root not done",
+    );
+    r.check(
+        l.capabilities_dropped,
+        "capabilities",
+        "none: effective, permitted, inheritable, ambient and bounding sets empty",
+        "capabilities remain",
+    );
+    r.check(l.no_new_privs, "no_new_privs", "set", "not set");
+    r.check(
+        l.seccomp_filters > 0,
+        "seccomp",
+        format!(
+            "{} filters, {} syscalls refused outright or by argument",
+            l.seccomp_filters, l.seccomp_rules
+        ),
+        "no filter installed",
+    );
+    let landlock = if l.landlock_abi == 0 {
+        Status::Warn
+    } else if l.landlock_status == "fully enforced" {
+        Status::Ok
+    } else {
+        Status::Warn
+    };
+    r.line(
+        landlock,
+        "landlock",
+        format!(
+            "{} (ABI {}; TCP rules: {}; scopes: {})",
+            l.landlock_status,
+            l.landlock_abi,
+            if l.landlock_tcp { "yes" } else { "no" },
+            if l.landlock_scopes { "yes" } else { "no" }
+        ),
+    );
+    let rlimits: Vec<String> = l
+        .rlimits
+        .iter()
+        .map(|(k, v)| format!("{}={v}", k.trim_start_matches("RLIMIT_")))
+        .collect();
+    r.line(Status::Ok, "rlimits", rlimits.join(" "));
+    if diag.cgroup_paths.is_empty() {
+        r.line(Status::Warn, "sandbox cgroup", "none (cgroups unavailable)");
+    } else {
+        r.line(
+            Status::Ok,
+            "sandbox cgroup",
+            format!("{} directories, removed at close", diag.cgroup_paths.len()),
+        );
+    }
+
+    // What a process inside actually sees.
+    let probe = "grep -E '^(NoNewPrivs|Seccomp|CapEff|CapPrm|CapBnd):' /proc/self/status; id -u; \
+                 ls /sys >/dev/null 2>&1 && echo sys-visible; cat /etc/shadow >/dev/null 2>&1 && echo shadow-readable; true";
+    match backend
+        .exec(
+            id,
+            ExecRequest::new(Language::Bash, probe, Duration::from_secs(20)),
+            ExecContext::default(),
+        )
+        .await
+    {
+        Ok(o) if o.succeeded() => {
+            let field = |name: &str| {
+                o.stdout
+                    .lines()
+                    .find_map(|line| line.strip_prefix(name).map(|v| v.trim().to_owned()))
+                    .unwrap_or_default()
+            };
+            let uid: u64 = o
+                .stdout
+                .lines()
+                .find(|l| l.chars().all(|c| c.is_ascii_digit()) && !l.is_empty())
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(0);
+            let zero = "0000000000000000";
+            let good = field("NoNewPrivs:") == "1"
+                && field("Seccomp:") == "2"
+                && field("CapEff:") == zero
+                && field("CapPrm:") == zero
+                && field("CapBnd:") == zero
+                && uid != 0
+                && !o.stdout.contains("sys-visible")
+                && !o.stdout.contains("shadow-readable");
+            r.check(
+                good,
+                "seen from inside",
+                format!("uid {uid}, no capabilities, no_new_privs, seccomp filtering, no /sys, no /etc/shadow"),
+                format!("unexpected view from inside: {}", o.stdout.replace('\n', "; ")),
+            );
+        }
+        Ok(o) => r.line(
+            Status::Fail,
+            "seen from inside",
+            format!("probe failed: {}", o.stderr.trim()),
+        ),
+        Err(e) => r.line(Status::Fail, "seen from inside", e.to_string()),
+    }
+    for language in [Language::Python, Language::JavaScript] {
+        if backend.runtime().for_language(language).is_err() {
+            continue;
+        }
+        let t = Instant::now();
+        match backend.warm_kernel(id, language).await {
+            Ok(version) => r.line(
+                Status::Ok,
+                &format!("{language} kernel"),
+                format!(
+                    "{version} started in {:.0} ms",
+                    t.elapsed().as_secs_f64() * 1000.0
+                ),
+            ),
+            Err(e) => r.line(
+                Status::Fail,
+                &format!("{language} kernel"),
+                format!("{e}: {}", source_chain(&e)),
+            ),
+        }
+    }
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        parts.push(s.to_string());
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+fn finish(r: &Report) -> u8 {
+    if r.failures.is_empty() {
+        let warn = match r.warnings {
+            0 => String::new(),
+            n => format!(
+                " ({n} optional layer{} missing or partial, see warn lines)",
+                if n == 1 { "" } else { "s" }
+            ),
+        };
+        println!("result: sandboxes can run with every required layer{warn}");
+        0
+    } else {
+        println!("result: sandboxes cannot run safely here:");
+        for f in &r.failures {
+            println!("  - {f}");
+        }
+        1
+    }
+}

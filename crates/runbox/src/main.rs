@@ -1,0 +1,51 @@
+//! The `runbox` binary: `run` (one piece of code in a fresh sandbox), `doctor` (which
+//! isolation layers this machine offers), and, hidden, the sandbox init that the local
+//! backend re-executes this binary as.
+
+mod cli;
+mod doctor;
+mod run;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    // The sandbox init must take over before anything else happens in this process: it
+    // needs a single thread to create a user namespace, and none of the host's state.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == runbox_jail::init::INIT_ARG)
+    {
+        runbox_jail::init::main();
+    }
+    let cli = cli::Cli::parse();
+    init_tracing(&cli.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("runbox: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(run::EXIT_SANDBOX_FAILED);
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            cli::Command::Run(args) => run::main(args).await,
+            cli::Command::Doctor(args) => doctor::main(args).await,
+        }
+    });
+    std::process::ExitCode::from(code)
+}
+
+/// Logs go to stderr only: stdout belongs to the code's output (and, in stdio server mode,
+/// to the protocol).
+fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
