@@ -146,6 +146,7 @@ impl Cgroups {
         for (_, dir) in &parents {
             fs::create_dir_all(dir)
                 .map_err(|e| CgroupUnavailable(format!("create {}: {e}", dir.display())))?;
+            writable(dir)?;
         }
         Ok(Self {
             version: CgroupVersion::V1,
@@ -190,6 +191,7 @@ impl Cgroups {
         fs::create_dir_all(&runbox)
             .and_then(|()| enable(&runbox))
             .map_err(|e| CgroupUnavailable(format!("prepare {}: {e}", runbox.display())))?;
+        writable(&runbox)?;
         let mut parents = vec![
             (Controller::Memory, runbox.clone()),
             (Controller::Pids, runbox.clone()),
@@ -445,6 +447,20 @@ impl SandboxCgroup {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
+}
+
+/// Sandbox groups are made in `dir`: it must be writable by this process (an existing
+/// directory made by another user, root say, is not).
+fn writable(dir: &Path) -> Result<(), CgroupUnavailable> {
+    use nix::unistd::{AccessFlags, access};
+    access(dir, AccessFlags::W_OK | AccessFlags::X_OK).map_err(|e| {
+        CgroupUnavailable(format!(
+            "{} is not writable by uid {} ({e}); delegate a cgroup subtree to this user and pass it \
+             with --cgroup-parent",
+            dir.display(),
+            nix::unistd::geteuid()
+        ))
+    })
 }
 
 fn rel(p: &Path) -> &Path {

@@ -59,5 +59,15 @@ pub enum JailError {
     Ended,
     /// The init refused or failed a request.
     #[error("{0}")]
-    Refused(String),
+    Refused(crate::proto::Refusal),
+}
+
+impl JailError {
+    /// The errno behind a refused request, if any.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            JailError::Refused(r) => r.errno,
+            _ => None,
+        }
+    }
 }

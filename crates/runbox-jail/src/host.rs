@@ -195,7 +195,10 @@ impl JailHost {
         set_blocking(init_end.as_fd()).map_err(|e| JailError::Control(ProtoError::Io(e)))?;
 
         let mut cmd = tokio::process::Command::new(&self.config.init_exe);
-        cmd.arg(INIT_ARG)
+        // A neutral argv[0]: the sandbox can read its init's command line, and the host path
+        // of the runbox binary is none of its business.
+        cmd.arg0("runbox")
+            .arg(INIT_ARG)
             .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -478,7 +481,9 @@ impl Jail {
     ) -> Result<Spawned, JailError> {
         match self.shared.request(Request::Spawn(request), fds).await? {
             (Reply::Spawned { pid }, Some(exit)) => Ok(Spawned { pid, exit }),
-            (other, _) => Err(JailError::Refused(format!("unexpected reply {other:?}"))),
+            (other, _) => Err(JailError::Refused(crate::proto::Refusal::new(format!(
+                "unexpected reply {other:?}"
+            )))),
         }
     }
 

@@ -83,7 +83,7 @@ pub enum FromInit {
         /// The request's id.
         id: u64,
         /// What happened.
-        result: Result<Reply, String>,
+        result: Result<Reply, Refusal>,
     },
     /// A process started with [`Request::Spawn`] ended.
     Exited {
@@ -106,6 +106,31 @@ pub enum Reply {
     Done,
     /// Alive.
     Pong,
+}
+
+/// Why the init could not do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// What failed, for a human.
+    pub message: String,
+    /// The errno behind it, when there is one (`EAGAIN` from `fork`: the process limit).
+    pub errno: Option<i32>,
+}
+
+impl Refusal {
+    /// A refusal with no errno.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            errno: None,
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// How a process ended.

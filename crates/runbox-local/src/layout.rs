@@ -172,7 +172,9 @@ impl Layout {
             rlimits: Rlimits {
                 nproc: u64::from(limits.pids),
                 nofile: limits.open_files,
-                fsize: mib(limits.workspace_mb.max(limits.tmp_mb)),
+                // Above every tmpfs, so a full disk reports ENOSPC rather than killing the
+                // writer with SIGXFSZ; still a bound should a writable mount ever be larger.
+                fsize: mib(limits.workspace_mb.max(limits.tmp_mb)).saturating_mul(2),
                 cpu_seconds: 0,
                 memlock: 64 * 1024,
                 stack: 0,

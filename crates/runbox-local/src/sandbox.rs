@@ -6,8 +6,8 @@ use runbox_core::{Error, ExecContext, ExecOutcome, ExecRequest, Language, Limits
 use runbox_jail::Jail;
 use tokio::sync::Mutex;
 
-use crate::kernel::Kernel;
 use crate::kernel::bash::{self, BashState};
+use crate::kernel::{Kernel, KernelError, spawn_failed};
 use crate::layout::{NODE_DRIVER, PYTHON_DRIVER};
 use crate::runtime::Runtime;
 
@@ -128,12 +128,11 @@ impl LocalSandbox {
                 settings.kernel_start_timeout,
             )
             .await
-            .map_err(|e| {
-                if self.jail.has_ended() {
-                    Error::not_found(&self.id)
-                } else {
-                    Error::sandbox_caused_by(format!("sandbox {}", self.id), e)
+            .map_err(|e| match e {
+                KernelError::Spawn { source, .. } => {
+                    spawn_failed(source, &format!("the {language} kernel"), self.limits.pids)
                 }
+                e => Error::sandbox_caused_by(format!("sandbox {}", self.id), e),
             })?;
             slot.kernel = Some(kernel);
         }
@@ -153,7 +152,6 @@ impl LocalSandbox {
         if self.jail.has_ended() {
             return Err(Error::not_found(&self.id));
         }
-        let limit = self.limits.output_bytes;
         match req.language {
             Language::TypeScript => Err(Error::LanguageUnavailable {
                 language: Language::TypeScript,
@@ -177,7 +175,7 @@ impl LocalSandbox {
                     &mut state,
                     req,
                     ctx,
-                    limit,
+                    &self.limits,
                     settings.interrupt_grace,
                 )
                 .await
@@ -192,7 +190,7 @@ impl LocalSandbox {
                     .live_kernel(&mut slot, runtime, language, settings)
                     .await?;
                 let report = kernel
-                    .run(&self.jail, req, ctx, limit, settings.interrupt_grace)
+                    .run(&self.jail, req, ctx, &self.limits, settings.interrupt_grace)
                     .await;
                 let mut outcome = report.outcome;
                 if was_lost {

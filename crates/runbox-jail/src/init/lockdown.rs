@@ -20,6 +20,10 @@ pub(crate) fn apply(policy: &JailPolicy, report: &mut LayerReport) -> Result<(),
     nix::sys::prctl::set_no_new_privs().map_err(SetupError::at("set no_new_privs"))?;
     report.no_new_privs = nix::sys::prctl::get_no_new_privs().unwrap_or(false);
     landlock::apply(&policy.spec.landlock, report).map_err(|e| SetupError::new("landlock", e))?;
+    // Not dumpable: the sandbox's processes share the init's uid (and, in a user namespace,
+    // would otherwise be able to open /proc/1/mem); this puts the init's /proc files and
+    // ptrace out of their reach. Processes it starts become dumpable again at execve.
+    nix::sys::prctl::set_dumpable(false).map_err(SetupError::at("clear the dumpable flag"))?;
     seccomp::apply(&filters).map_err(SetupError::at("install the seccomp filters"))?;
     report.seccomp_filters = filters.programs.len() as u32;
     report.seccomp_rules = filters.rules;

@@ -13,7 +13,7 @@ use nix::sys::socket::MsgFlags;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
-use crate::proto::{self, ExitStatus, FromInit, Reply, Request, SpawnRequest, ToInit};
+use crate::proto::{self, ExitStatus, FromInit, Refusal, Reply, Request, SpawnRequest, ToInit};
 use crate::sys::{self, ExecPlan};
 
 /// Serves requests until the host closes the control socket; returns the init's exit code.
@@ -69,13 +69,14 @@ fn handle(
     request: Request,
     fds: Vec<OwnedFd>,
     started: &mut HashSet<i32>,
-) -> Result<Reply, String> {
+) -> Result<Reply, Refusal> {
     match request {
         Request::Ping => Ok(Reply::Pong),
         Request::Signal { pid, signal, group } => {
-            let sig = Signal::try_from(signal).map_err(|e| format!("signal {signal}: {e}"))?;
+            let sig = Signal::try_from(signal)
+                .map_err(|e| Refusal::new(format!("signal {signal}: {e}")))?;
             if pid <= 1 {
-                return Err(format!("refusing to signal pid {pid}"));
+                return Err(Refusal::new(format!("refusing to signal pid {pid}")));
             }
             let target = if group {
                 Pid::from_raw(-pid)
@@ -85,7 +86,10 @@ fn handle(
             match kill(target, sig) {
                 // Already gone: what the caller wanted.
                 Ok(()) | Err(Errno::ESRCH) => Ok(Reply::Done),
-                Err(e) => Err(format!("kill {pid}: {e}")),
+                Err(e) => Err(Refusal {
+                    message: format!("kill {pid}: {e}"),
+                    errno: Some(e as i32),
+                }),
             }
         }
         Request::Spawn(spawn) => {
@@ -96,22 +100,26 @@ fn handle(
     }
 }
 
-fn start(spawn: &SpawnRequest, fds: &[OwnedFd]) -> Result<i32, String> {
+fn start(spawn: &SpawnRequest, fds: &[OwnedFd]) -> Result<i32, Refusal> {
+    let errno = |message: String, e: Errno| Refusal {
+        message,
+        errno: Some(e as i32),
+    };
     if spawn.argv.is_empty() {
-        return Err("empty argv".into());
+        return Err(Refusal::new("empty argv"));
     }
     if fds.len() < 3 {
-        return Err(format!(
+        return Err(Refusal::new(format!(
             "a process needs stdin, stdout and stderr; got {} fds",
             fds.len()
-        ));
+        )));
     }
     let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
     let plan = ExecPlan::new(&spawn.argv, &spawn.env, &spawn.cwd, raw)
-        .map_err(|e| format!("argument holds a NUL byte: {e}"))?;
-    let (err_r, err_w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-    match sys::fork().map_err(|e| format!("fork: {e}"))? {
+        .map_err(|e| Refusal::new(format!("argument holds a NUL byte: {e}")))?;
+    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| errno(format!("pipe: {}", e.desc()), e))?;
+    match sys::fork().map_err(|e| errno(format!("fork: {}", e.desc()), e))? {
         ForkResult::Child => sys::exec_child(&plan, err_w.as_raw_fd()),
         ForkResult::Parent { child } => {
             drop(err_w);
@@ -123,7 +131,7 @@ fn start(spawn: &SpawnRequest, fds: &[OwnedFd]) -> Result<i32, String> {
             // The child failed before execve and exited: reap it here so it is never reported.
             let _ = waitpid(child, None);
             let step = u32::from_ne_bytes([report[0], report[1], report[2], report[3]]);
-            let errno = Errno::from_raw(i32::from_ne_bytes([
+            let e = Errno::from_raw(i32::from_ne_bytes([
                 report[4], report[5], report[6], report[7],
             ]));
             let what = match step {
@@ -132,7 +140,7 @@ fn start(spawn: &SpawnRequest, fds: &[OwnedFd]) -> Result<i32, String> {
                 sys::EXEC_STEP_CHDIR => format!("chdir {}", spawn.cwd),
                 _ => format!("execute {}", spawn.argv[0]),
             };
-            Err(format!("{what}: {}", errno.desc()))
+            Err(errno(format!("{what}: {}", e.desc()), e))
         }
     }
 }

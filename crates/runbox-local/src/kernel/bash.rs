@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use runbox_core::{Error, ExecContext, ExecOutcome, ExecRequest, OutputStream};
+use runbox_core::{Error, ExecContext, ExecOutcome, ExecRequest, Limits, OutputStream};
 use runbox_jail::{ExitStatus, Jail, SpawnRequest};
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 
-use super::{Action, RunOutput, StopCause, Watchdog, dev_null, drain_now, pipe};
+use super::{Action, RunOutput, StopCause, Watchdog, dev_null, drain_now, pipe, spawn_failed};
 use crate::layout::BASH_PRELUDE;
 
 /// Largest bash code accepted: one `argv` string may not exceed 128 KiB on Linux.
@@ -67,7 +67,7 @@ pub(crate) async fn run(
     state: &mut BashState,
     req: &ExecRequest,
     ctx: &ExecContext,
-    output_limit: usize,
+    limits: &Limits,
     grace: Duration,
 ) -> Result<ExecOutcome, Error> {
     if req.code.len() > MAX_CODE {
@@ -115,12 +115,12 @@ pub(crate) async fn run(
             ],
         )
         .await
-        .map_err(|e| Error::sandbox_caused_by("could not start bash", e))?;
+        .map_err(|e| spawn_failed(e, "bash", limits.pids))?;
     drop((null, out.writer, err.writer, saved.writer));
 
     let (mut stdout, mut stderr, mut state_pipe) = (out.reader, err.reader, saved.reader);
     let mut exit = spawned.exit;
-    let mut output = RunOutput::new(output_limit, ctx.output.clone());
+    let mut output = RunOutput::new(limits.output_bytes, ctx.output.clone());
     let mut saved_state = Vec::new();
     let mut watchdog = Watchdog::new(req.timeout, grace, ctx.cancel.clone());
     let (mut out_open, mut err_open, mut state_open) = (true, true, true);

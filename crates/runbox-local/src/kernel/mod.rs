@@ -18,9 +18,25 @@ use tokio::net::unix::pipe;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use persistent::Kernel;
+pub(crate) use persistent::{Kernel, KernelError};
 
 use crate::output::Capture;
+
+/// Turns a failed spawn into the error a caller can act on: the process limit, a sandbox
+/// that is gone, or an infrastructure failure.
+pub(crate) fn spawn_failed(e: runbox_jail::JailError, what: &str, pids: u32) -> runbox_core::Error {
+    use runbox_core::Error;
+    match e {
+        _ if e.errno() == Some(libc::EAGAIN) => Error::LimitReached(format!(
+            "the sandbox's limit of {pids} processes is reached, so {what} cannot start; \
+             end some of its processes or close the sandbox"
+        )),
+        runbox_jail::JailError::Ended => {
+            Error::sandbox(format!("the sandbox ended before {what} could start"))
+        }
+        e => Error::sandbox_caused_by(format!("could not start {what}"), e),
+    }
+}
 
 /// The read end (kept by runbox, non-blocking) and write end (given to a sandbox process)
 /// of a pipe.

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use runbox_core::{
-    ExecContext, ExecError, ExecOutcome, ExecRequest, Language, OutputStream, RichResult,
+    ExecContext, ExecError, ExecOutcome, ExecRequest, Language, Limits, OutputStream, RichResult,
 };
 use runbox_jail::{ExitStatus, Jail, SpawnRequest};
 use serde::Deserialize;
@@ -31,6 +31,13 @@ const MARKER_WAIT: Duration = Duration::from_secs(2);
 /// Why a kernel could not start.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum KernelError {
+    /// The init could not start the process.
+    #[error("could not start the {language} kernel: {source}")]
+    Spawn {
+        language: Language,
+        source: runbox_jail::JailError,
+    },
+    /// The process started but the driver did not come up.
     #[error("could not start the {language} kernel: {message}")]
     Start { language: Language, message: String },
 }
@@ -150,7 +157,7 @@ impl Kernel {
                 ],
             )
             .await
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|source| KernelError::Spawn { language, source })?;
         drop((null, out.writer, err.writer, kernel_end));
         let (r, w) = host.into_split();
         let mut kernel = Kernel {
@@ -224,6 +231,19 @@ impl Kernel {
         self.exited.is_none()
     }
 
+    /// After the control channel closed: how the process ended, if it says so soon.
+    async fn wait_exit_reason(&mut self) -> String {
+        if self.exited.is_none()
+            && let Ok(status) = tokio::time::timeout(Duration::from_secs(1), &mut self.exit).await
+        {
+            self.exited = Some(status.ok());
+        }
+        match self.exited {
+            Some(Some(status)) => describe_exit(status),
+            _ => "closed its control channel".into(),
+        }
+    }
+
     /// Kills the kernel's whole process group.
     pub(crate) async fn kill(&mut self, jail: &Jail) {
         let _ = jail.signal(self.pid, libc::SIGKILL, true).await;
@@ -235,7 +255,7 @@ impl Kernel {
         jail: &Jail,
         req: &ExecRequest,
         ctx: &ExecContext,
-        output_limit: usize,
+        limits: &Limits,
         grace: Duration,
     ) -> RunReport {
         let started = Instant::now();
@@ -249,7 +269,7 @@ impl Kernel {
         request.extend_from_slice(req.code.as_bytes());
         request.extend_from_slice(&env);
 
-        let mut out = RunOutput::new(output_limit, ctx.output.clone());
+        let mut out = RunOutput::new(limits.output_bytes, ctx.output.clone());
         let mut out_scan = MarkerScanner::new(marker.as_bytes());
         let mut err_scan = MarkerScanner::new(marker.as_bytes());
         let mut watchdog = Watchdog::new(req.timeout, grace, ctx.cancel.clone());
@@ -261,7 +281,7 @@ impl Kernel {
         let oom_before = jail.usage().oom_kills;
 
         if self.ctrl_w.write_all(&request).await.is_err() {
-            died = Some("its control channel is closed".into());
+            died = Some("closed its control channel".into());
         }
         let mut obuf = vec![0u8; 65536];
         let mut ebuf = vec![0u8; 65536];
@@ -282,12 +302,12 @@ impl Kernel {
                             }
                             marker_deadline = Some(Instant::now() + MARKER_WAIT);
                         }
-                        Ok(FromKernel::Fatal { message }) => died = Some(format!("the driver failed: {message}")),
+                        Ok(FromKernel::Fatal { message }) => died = Some(format!("failed: {message}")),
                         Ok(FromKernel::Ready { .. }) | Err(_) => {
-                            died = Some("it sent an unreadable control message".into());
+                            died = Some("sent an unreadable control message".into());
                         }
                     },
-                    Ok(None) | Err(_) => died = Some("its control channel closed".into()),
+                    Ok(None) | Err(_) => died = Some(self.wait_exit_reason().await),
                 },
                 n = self.stdout.read(&mut obuf), if !out_scan.found() => match n {
                     Ok(0) | Err(_) => out_scan = MarkerScanner::new(b""),
@@ -301,7 +321,7 @@ impl Kernel {
                     self.exited = Some(status.as_ref().ok().copied());
                     died = Some(match status {
                         Ok(s) => describe_exit(s),
-                        Err(_) => "the sandbox ended".into(),
+                        Err(_) => "ended with its sandbox".into(),
                     });
                 }
                 action = watchdog.next(), if !done && !watchdog.done() => match action {
@@ -361,11 +381,11 @@ impl Kernel {
             let oom = matches!((oom_before, jail.usage().oom_kills), (Some(a), Some(b)) if b > a);
             let lang = self.language;
             let why = if oom {
-                "it ran out of memory (the sandbox's memory limit was reached) and was killed"
+                "ran out of memory (the sandbox's memory limit was reached) and was killed"
                     .to_owned()
             } else if cause.is_some() && reason.is_empty() {
                 format!(
-                    "it did not stop within {} s of being interrupted and was killed",
+                    "did not stop within {} s of being interrupted and was killed",
                     grace.as_secs_f64()
                 )
             } else {
@@ -373,8 +393,8 @@ impl Kernel {
             };
             outcome.kernel_restarted = true;
             outcome.notes.push(format!(
-                "The {lang} kernel was lost: {why}. A fresh kernel starts on the next run; variables, imports and \
-                 definitions from earlier runs are gone."
+                "The {lang} kernel was lost (it {why}). A fresh kernel starts on the next run; variables, \
+                 imports and definitions from earlier runs are gone."
             ));
             if outcome.error.is_none() {
                 outcome.error = Some(ExecError {
@@ -404,8 +424,8 @@ async fn sleep_until_opt(at: Option<Instant>) {
 
 fn describe_exit(s: ExitStatus) -> String {
     match (s.code, s.signal) {
-        (Some(c), _) => format!("it exited with status {c}"),
-        (None, Some(sig)) => format!("it was killed by signal {sig}"),
-        _ => "it exited".into(),
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        _ => "exited".into(),
     }
 }
