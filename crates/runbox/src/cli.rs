@@ -89,9 +89,9 @@ pub(crate) struct RunArgs {
     #[arg(short, long, default_value = "python", value_parser = parse_language)]
     pub(crate) language: Language,
 
-    /// Wall-clock limit in seconds; the run is interrupted when it passes.
-    #[arg(short, long, env = "RUNBOX_TIMEOUT", default_value_t = 60.0)]
-    pub(crate) timeout: f64,
+    /// Wall-clock limit in seconds (up to a day); the run is interrupted when it passes.
+    #[arg(short, long, env = "RUNBOX_TIMEOUT", default_value = "60", value_parser = parse_timeout)]
+    pub(crate) timeout: std::time::Duration,
 
     /// Memory limit of the sandbox in MiB (files in /workspace and /tmp count too).
     #[arg(long, env = "RUNBOX_MEMORY_MB")]
@@ -112,6 +112,21 @@ pub(crate) struct RunArgs {
 pub(crate) struct DoctorArgs {
     #[command(flatten)]
     pub(crate) engine: EngineArgs,
+}
+
+/// Longest timeout accepted, one day: longer work belongs in a background process.
+const MAX_TIMEOUT_SECONDS: f64 = 86_400.0;
+
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(secs.is_finite() && secs > 0.0 && secs <= MAX_TIMEOUT_SECONDS) {
+        return Err(format!(
+            "must be more than 0 and at most {MAX_TIMEOUT_SECONDS} seconds"
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 fn parse_language(s: &str) -> Result<Language, String> {
