@@ -1,0 +1,249 @@
+//! The `runbox` command line, run as a user would: exit statuses, streaming, stdin, Ctrl-C,
+//! `doctor`, and nothing left behind.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod util;
+
+use std::io::{Read, Write};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use util::*;
+
+fn runbox() -> Command {
+    let mut c = Command::new(runbox_exe());
+    c.env("RUNBOX_INIT_EXE", runbox_exe());
+    if let Some(p) = std::env::var_os("RUNBOX_CGROUP_PARENT") {
+        c.env("RUNBOX_CGROUP_PARENT", p);
+    }
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    runbox().arg("run").args(args).output().unwrap()
+}
+
+/// Reads one byte at a time up to a newline (output arrives in whatever pieces the code
+/// wrote it in).
+fn read_line(r: &mut impl Read) -> String {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while r.read(&mut byte).unwrap() == 1 {
+        line.push(byte[0]);
+        if byte[0] == b'\n' {
+            break;
+        }
+    }
+    text(&line)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn success_prints_output_and_the_value_and_exits_0() {
+    let o = run(&["import sys\nprint('hi')\nprint('warn', file=sys.stderr)\n6 * 7"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "hi\n42\n");
+    assert_eq!(text(&o.stderr), "warn\n");
+}
+
+#[test]
+fn an_exception_exits_1_with_its_traceback() {
+    let o = run(&["def f():\n    return 1 / 0\nf()"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("ZeroDivisionError: division by zero"), "{err}");
+    assert!(err.contains("line 2, in f"), "{err}");
+}
+
+#[test]
+fn a_timeout_exits_124() {
+    let t = Instant::now();
+    let o = run(&["--timeout", "1", "import time\ntime.sleep(30)"]);
+    assert_eq!(o.status.code(), Some(124));
+    assert!(
+        text(&o.stderr).contains("timeout of 1 s"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(t.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn bash_passes_its_status_through() {
+    let o = run(&["-l", "bash", "echo out; exit 42"]);
+    assert_eq!(o.status.code(), Some(42));
+    assert_eq!(text(&o.stdout), "out\n");
+    let o = run(&["--language", "bash", "true"]);
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
+fn javascript_runs_with_top_level_await() {
+    let o = run(&[
+        "-l",
+        "javascript",
+        "const v = await Promise.resolve(2);\nconsole.log(v * 21)",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "42\n");
+    let o = run(&["-l", "js", "null.x"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("TypeError"));
+}
+
+#[test]
+fn dash_reads_the_code_from_stdin() {
+    let mut child = runbox()
+        .args(["run", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"for i in range(3):\n    print(i)\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(text(&o.stdout), "0\n1\n2\n");
+}
+
+#[test]
+fn output_streams_to_the_terminal_as_it_comes() {
+    let mut child = runbox()
+        .args([
+            "run",
+            "import time\nprint('early', flush=True)\ntime.sleep(2)\nprint('late')",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let first = read_line(&mut stdout);
+    let first_at = Instant::now();
+    assert_eq!(first, "early\n");
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(rest, "late\n");
+    assert!(status.success());
+    assert!(
+        first_at.elapsed() > Duration::from_millis(1200),
+        "'early' was not streamed before the run ended"
+    );
+}
+
+#[test]
+fn ctrl_c_interrupts_the_run_and_exits_130() {
+    let child = runbox()
+        .args([
+            "run",
+            "import time\nprint('started', flush=True)\ntime.sleep(60)",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = child;
+    let mut stdout = child.stdout.take().unwrap();
+    assert_eq!(read_line(&mut stdout), "started\n");
+    let t = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(t.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_sandbox_that_cannot_start_exits_125() {
+    let o = run(&["--state-dir", "/proc/runbox-cannot-be-here", "print(1)"]);
+    assert_eq!(o.status.code(), Some(125));
+    assert!(
+        text(&o.stderr).contains("runbox-cannot-be-here"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    let o = run(&["-l", "cobol", "x"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("python, javascript"),
+        "{}",
+        text(&o.stderr)
+    );
+    for bad in ["0", "-5", "1e9", "soon"] {
+        let o = run(&[&format!("--timeout={bad}"), "1"]);
+        assert_eq!(o.status.code(), Some(2), "--timeout {bad}");
+        assert!(text(&o.stderr).contains("--timeout"), "{}", text(&o.stderr));
+    }
+}
+
+#[test]
+fn nothing_outlives_runbox_run() {
+    let tag = canary("cli");
+    let o = run(&[
+        "-l",
+        "bash",
+        &format!("(trap '' TERM HUP; exec -a {tag} sleep 1000 &) ; echo left-behind"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(host_processes_with(&tag), Vec::<i32>::new());
+}
+
+#[test]
+fn doctor_reports_every_layer_and_passes() {
+    let o = runbox().arg("doctor").output().unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    for layer in [
+        "seccomp",
+        "landlock",
+        "cgroups",
+        "python",
+        "node",
+        "bash",
+        "namespaces",
+        "capabilities",
+        "no_new_privs",
+        "rlimits",
+        "seen from inside",
+        "python kernel",
+        "javascript kernel",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.split_whitespace().nth(1).is_some() && l.contains(layer)),
+            "doctor said nothing about {layer}:\n{out}"
+        );
+    }
+    assert!(
+        out.contains("result: sandboxes can run with every required layer"),
+        "{out}"
+    );
+    assert!(!out.contains("FAIL"), "{out}");
+}
+
+#[test]
+fn doctor_fails_with_the_reason_when_sandboxes_cannot_run() {
+    let o = runbox()
+        .args(["doctor", "--state-dir", "/proc/runbox-cannot-be-here"])
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("FAIL"), "{out}");
+    assert!(out.contains("sandboxes cannot run"), "{out}");
+    assert!(out.contains("runbox-cannot-be-here"), "{out}");
+}
