@@ -3,8 +3,9 @@
 //!
 //! Sandbox groups live under `<the server's own group>/runbox/<sandbox>` in each hierarchy
 //! (or under an operator-given parent, for a delegated subtree when not running as root).
-//! The host places the sandbox's first process in the group before it creates any
-//! namespace, so everything in the sandbox is accounted and limited there.
+//! The host moves stage one and the init into the group before the init runs anything of
+//! the sandbox's, so every sandboxed process is accounted and limited there (only the few
+//! pages the init writes while building the root may stay charged to the server's group).
 
 use std::fs;
 use std::io;
@@ -274,7 +275,7 @@ impl Cgroups {
 }
 
 /// One sandbox's group (one directory per v1 hierarchy, or one v2 directory).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SandboxCgroup {
     version: CgroupVersion,
     dirs: Vec<(Controller, PathBuf)>,

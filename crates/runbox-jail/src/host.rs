@@ -210,10 +210,7 @@ impl JailHost {
             source,
         })?;
         drop(init_end);
-        let pid = child.id().ok_or(JailError::Ended)?;
-        if let Some(cg) = cgroup {
-            cg.add(pid).map_err(JailError::Cgroup)?;
-        }
+        let stage_one = child.id().ok_or(JailError::Ended)?;
 
         let fd = crate::sys::async_fd(host_end)
             .map_err(|e| JailError::Control(ProtoError::Io(io_to_nix(&e))))?;
@@ -221,29 +218,61 @@ impl JailHost {
         shared
             .send(&ToInit::Policy(Box::new(policy.clone())), &[])
             .await?;
-        let first = tokio::time::timeout(self.config.setup_timeout, shared.recv_one()).await;
-        match first {
-            Ok(Ok(FromInit::Ready(report))) => Ok((child, shared, report)),
-            Ok(Ok(FromInit::SetupFailed { step, error })) => {
-                let _ = child.wait().await;
-                Err(JailError::Setup { step, error })
+        let deadline = tokio::time::Instant::now() + self.config.setup_timeout;
+        loop {
+            let msg = match tokio::time::timeout_at(deadline, shared.recv_one()).await {
+                Err(_) => return Err(JailError::SetupTimeout(self.config.setup_timeout)),
+                Ok(Err(_)) => return Err(self.init_died(&mut child).await),
+                Ok(Ok(msg)) => msg,
+            };
+            match msg {
+                FromInit::Forked { pid: init } => {
+                    if let Some(cg) = cgroup {
+                        // Off the async threads: a cgroup move may wait for an RCU grace period.
+                        let cg = cg.clone();
+                        let moved = tokio::task::spawn_blocking(move || {
+                            cg.add(stage_one)?;
+                            cg.add(init.unsigned_abs())
+                        })
+                        .await
+                        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                        if let Err(e) = moved {
+                            // A process that vanished may have said why first.
+                            if let Ok(Ok(FromInit::SetupFailed { step, error })) =
+                                tokio::time::timeout(Duration::from_millis(200), shared.recv_one())
+                                    .await
+                            {
+                                return Err(JailError::Setup { step, error });
+                            }
+                            return Err(JailError::Cgroup(e));
+                        }
+                    }
+                    shared.send(&ToInit::Go, &[]).await?;
+                }
+                FromInit::Ready(report) => return Ok((child, shared, report)),
+                FromInit::SetupFailed { step, error } => {
+                    let _ = child.wait().await;
+                    return Err(JailError::Setup { step, error });
+                }
+                other => {
+                    return Err(JailError::Setup {
+                        step: "handshake".into(),
+                        error: format!("unexpected message {other:?}"),
+                    });
+                }
             }
-            Ok(Ok(other)) => Err(JailError::Setup {
-                step: "handshake".into(),
-                error: format!("unexpected first message {other:?}"),
-            }),
-            Ok(Err(_)) => {
-                let status = child
-                    .wait()
-                    .await
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|e| e.to_string());
-                Err(JailError::InitDied {
-                    exe: self.config.init_exe.clone(),
-                    status,
-                })
-            }
-            Err(_) => Err(JailError::SetupTimeout(self.config.setup_timeout)),
+        }
+    }
+
+    async fn init_died(&self, child: &mut tokio::process::Child) -> JailError {
+        let status = child
+            .wait()
+            .await
+            .map(|s| s.to_string())
+            .unwrap_or_else(|e| e.to_string());
+        JailError::InitDied {
+            exe: self.config.init_exe.clone(),
+            status,
         }
     }
 }
@@ -387,7 +416,7 @@ impl Shared {
                     let _ = tx.send(status);
                 }
             }
-            FromInit::Ready(_) | FromInit::SetupFailed { .. } => {}
+            FromInit::Forked { .. } | FromInit::Ready(_) | FromInit::SetupFailed { .. } => {}
         }
     }
 

@@ -1,9 +1,17 @@
 //! The control protocol between the host and a sandbox's init.
 //!
 //! One `SOCK_SEQPACKET` unix socket per sandbox: every message is one JSON document in one
-//! datagram, and file descriptors travel beside it as `SCM_RIGHTS`. The host sends the policy
-//! first, then requests; the init answers each request by id and reports, unasked, the exit
-//! of every process it started. Only the init writes to this socket from the sandbox side,
+//! datagram, and file descriptors travel beside it as `SCM_RIGHTS`.
+//!
+//! Start-up: the host sends the [`ToInit::Policy`]; stage one creates the namespaces, forks
+//! the init and reports its host pid ([`FromInit::Forked`]); the host moves both into the
+//! sandbox's cgroup while the init builds the filesystem, then sends [`ToInit::Go`]; the init
+//! enters its cgroup namespace, locks itself down and reports [`FromInit::Ready`]. Moving a
+//! process between cgroups can wait for an RCU grace period (milliseconds), so it runs beside
+//! the init's work rather than before it; nothing sandboxed runs before `Go`.
+//!
+//! Then requests: the init answers each by id and reports, unasked, the exit of every
+//! process it started. Only the init writes to this socket from the sandbox side,
 //! so nothing the sandboxed code prints can forge a message.
 
 use std::io::{IoSlice, IoSliceMut};
@@ -27,6 +35,8 @@ pub const MAX_FDS: usize = 8;
 pub enum ToInit {
     /// The first message: what to build.
     Policy(Box<JailPolicy>),
+    /// Stage one and the init are in the sandbox's cgroup: the init may finish its setup.
+    Go,
     /// A request, answered by a [`FromInit::Reply`] with the same id.
     Request {
         /// Correlates the reply.
@@ -69,6 +79,12 @@ pub struct SpawnRequest {
 /// Init to host.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum FromInit {
+    /// From stage one, right after it forked the init: the init's pid as the host sees it,
+    /// so the host can move it into the sandbox's cgroup while it builds the filesystem.
+    Forked {
+        /// Host pid of the init.
+        pid: i32,
+    },
     /// The sandbox is built and every layer applied; it accepts requests.
     Ready(LayerReport),
     /// Building the sandbox failed; the init exits after sending this.

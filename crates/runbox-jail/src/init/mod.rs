@@ -119,6 +119,11 @@ fn stage_one() -> i32 {
     match sys::fork() {
         Ok(ForkResult::Child) => run_init(&policy, ctrl),
         Ok(ForkResult::Parent { child }) => {
+            // The host moves the init into the sandbox's cgroup while it builds the root.
+            let forked = FromInit::Forked {
+                pid: child.as_raw(),
+            };
+            let _ = proto::send(ctrl.as_fd(), &forked, &[], MsgFlags::empty());
             drop(ctrl);
             loop {
                 match waitpid(child, None) {
@@ -136,14 +141,15 @@ fn stage_one() -> i32 {
     }
 }
 
-/// The namespaces every sandbox gets, besides the user namespace of rootless mode.
-pub(crate) const NAMESPACES: [(&str, CloneFlags); 6] = [
+/// The namespaces stage one creates, besides the user namespace of rootless mode. The
+/// cgroup namespace comes later, from the init, once it is in the sandbox's cgroup (so that
+/// cgroup is the namespace's root).
+pub(crate) const NAMESPACES: [(&str, CloneFlags); 5] = [
     ("mount", CloneFlags::CLONE_NEWNS),
     ("pid", CloneFlags::CLONE_NEWPID),
     ("network", CloneFlags::CLONE_NEWNET),
     ("ipc", CloneFlags::CLONE_NEWIPC),
     ("uts", CloneFlags::CLONE_NEWUTS),
-    ("cgroup", CloneFlags::CLONE_NEWCGROUP),
 ];
 
 fn create_namespaces(policy: &JailPolicy) -> Result<(), SetupError> {
@@ -178,7 +184,7 @@ fn create_namespaces(policy: &JailPolicy) -> Result<(), SetupError> {
 
 fn run_init(policy: &JailPolicy, ctrl: OwnedFd) -> ! {
     let mut report = LayerReport::default();
-    match setup(policy, &mut report) {
+    match setup(policy, &ctrl, &mut report) {
         Ok(()) => {
             if proto::send(
                 ctrl.as_fd(),
@@ -199,11 +205,12 @@ fn run_init(policy: &JailPolicy, ctrl: OwnedFd) -> ! {
     }
 }
 
-fn setup(policy: &JailPolicy, report: &mut LayerReport) -> Result<(), SetupError> {
+fn setup(policy: &JailPolicy, ctrl: &OwnedFd, report: &mut LayerReport) -> Result<(), SetupError> {
     // If stage one dies, so do we (and with us the whole PID namespace).
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(SetupError::at("set the parent-death signal"))?;
     report.namespaces = NAMESPACES.iter().map(|(n, _)| (*n).to_owned()).collect();
+    report.namespaces.push("cgroup".into());
     report.identity = match policy.identity {
         Identity::HostUid { uid, gid } => {
             format!(
@@ -223,7 +230,22 @@ fn setup(policy: &JailPolicy, report: &mut LayerReport) -> Result<(), SetupError
     nix::unistd::sethostname(&policy.spec.hostname).map_err(SetupError::at("set the host name"))?;
     sys::loopback_up().map_err(SetupError::at("bring up loopback"))?;
     redirect_stdio_to_null()?;
+    wait_for_go(ctrl)?;
+    unshare(CloneFlags::CLONE_NEWCGROUP).map_err(SetupError::at("unshare the cgroup namespace"))?;
     lockdown::apply(policy, report)
+}
+
+/// Waits until the host has moved stage one and the init into the sandbox's cgroup.
+fn wait_for_go(ctrl: &OwnedFd) -> Result<(), SetupError> {
+    let mut buf = Vec::new();
+    match proto::recv::<ToInit>(ctrl.as_fd(), &mut buf, MsgFlags::empty()) {
+        Ok((ToInit::Go, _)) => Ok(()),
+        Ok(_) => Err(SetupError::new(
+            "wait for the cgroup",
+            "unexpected message before Go",
+        )),
+        Err(e) => Err(SetupError::new("wait for the cgroup", e)),
+    }
 }
 
 /// The init's own stdio pointed at the host's stderr until now; from here on it holds

@@ -56,7 +56,7 @@ pub(crate) fn serve(ctrl: OwnedFd) -> i32 {
                         return 0;
                     }
                 }
-                Ok((ToInit::Policy(_), _)) => {}
+                Ok((ToInit::Policy(_) | ToInit::Go, _)) => {}
                 Err(proto::ProtoError::Io(Errno::EAGAIN | Errno::EINTR)) => {}
                 // The host closed the socket (or broke it): the sandbox ends with us.
                 Err(_) => return 0,
