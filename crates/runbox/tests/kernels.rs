@@ -229,21 +229,21 @@ async fn output_is_capped_keeping_head_and_tail() {
 }
 
 #[tokio::test]
-async fn an_output_flood_is_bounded_in_memory_and_time() {
+async fn an_output_flood_is_bounded_in_memory() {
     let b = backend().await;
     let id = sandbox(&b).await;
-    let t = Instant::now();
-    // 1 GiB written straight to the pipe.
+    // 256 MiB straight to the pipe, and as much to stderr: what is kept stays within the cap.
     let o = py(
         &b,
         &id,
-        "import os\nchunk = b'y' * (1 << 20)\nfor _ in range(1024):\n    os.write(1, chunk)",
+        "import os\nchunk = b'y' * (1 << 20)\nfor _ in range(256):\n    os.write(1, chunk)\n    os.write(2, chunk)\nprint('done')",
     )
     .await;
-    assert!(o.succeeded(), "{:?}", o.error);
+    assert!(o.succeeded(), "{:?} {:?}", o.error, o.notes);
     assert!(o.truncated);
-    assert!(o.stdout.len() <= Limits::default().output_bytes + 200);
-    assert!(t.elapsed() < Duration::from_secs(50), "{:?}", t.elapsed());
+    let cap = Limits::default().output_bytes + 200;
+    assert!(o.stdout.len() <= cap && o.stderr.len() <= cap);
+    assert!(o.stdout.ends_with("done\n"), "the tail is kept");
     b.close(&id).await.unwrap();
 }
 
