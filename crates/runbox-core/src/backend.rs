@@ -8,7 +8,7 @@
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::exec::{ExecContext, ExecOutcome, ExecRequest};
+use crate::exec::{CommandRequest, ExecContext, ExecOutcome, ExecRequest};
 use crate::sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxStatus};
 
 /// A place where sandboxes live.
@@ -28,6 +28,15 @@ pub trait Backend: Send + Sync + 'static {
     /// Runs code in a sandbox, streaming output to `ctx.output` as it comes.
     async fn exec(&self, id: &SandboxId, req: ExecRequest, ctx: ExecContext)
     -> Result<ExecOutcome>;
+
+    /// Runs a command line in a fresh shell in a sandbox (the outcome's `exit_code` is its
+    /// status), streaming output to `ctx.output` as it comes.
+    async fn command(
+        &self,
+        id: &SandboxId,
+        req: CommandRequest,
+        ctx: ExecContext,
+    ) -> Result<ExecOutcome>;
 
     /// Reports a sandbox's state and resource use.
     async fn status(&self, id: &SandboxId) -> Result<SandboxStatus>;

@@ -97,6 +97,18 @@ impl Error {
     }
 }
 
+/// An error and its causes, `: `-separated, for logs and messages.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +120,12 @@ mod tests {
         assert!(e.to_string().contains("create a new one"));
         assert!(e.is_caller_error());
         assert!(!Error::sandbox("boom").is_caller_error());
+    }
+
+    #[test]
+    fn chains_list_every_cause() {
+        let e = Error::sandbox_caused_by("could not start", std::io::Error::other("no memory"));
+        assert_eq!(chain(&e), "sandbox failure: could not start: no memory");
     }
 
     #[test]

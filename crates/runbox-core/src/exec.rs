@@ -98,6 +98,31 @@ impl ExecRequest {
     }
 }
 
+/// A shell command line to run in a fresh shell (no state carried between commands).
+#[derive(Debug, Clone)]
+pub struct CommandRequest {
+    /// The command line, run by `bash -c`.
+    pub command: String,
+    /// Working directory inside the sandbox (default: the sandbox's home, `/workspace`).
+    pub cwd: Option<String>,
+    /// Extra environment variables for this command.
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit; when it passes the command's processes are stopped.
+    pub timeout: Duration,
+}
+
+impl CommandRequest {
+    /// A command with no extra environment, run in the sandbox's home.
+    pub fn new(command: impl Into<String>, timeout: Duration) -> Self {
+        Self {
+            command: command.into(),
+            cwd: None,
+            env: BTreeMap::new(),
+            timeout,
+        }
+    }
+}
+
 /// Which output stream a chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

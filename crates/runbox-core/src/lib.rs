@@ -6,7 +6,9 @@
 //! - [`Backend`], the small trait every backend implements (create, exec, status, close);
 //! - the backend-neutral request and outcome types ([`ExecRequest`], [`ExecOutcome`], ...);
 //! - resource [`Limits`] and their validation;
-//! - the [`Error`] type whose variants a front end can turn into messages a caller can act on.
+//! - the [`Error`] type whose variants a front end can turn into messages a caller can act on;
+//! - the [`Registry`]: which tenant owns which sandbox, idle expiry, and a warm pool, in
+//!   front of any backend.
 //!
 //! It must never depend on a backend or on a protocol: no MCP type, no Linux syscall and no
 //! HTTP client appears here. Data flows one way: a front end builds a request from its
@@ -16,13 +18,15 @@ mod backend;
 mod error;
 mod exec;
 mod limits;
+mod registry;
 mod sandbox;
 
 pub use backend::Backend;
-pub use error::{Error, Result};
+pub use error::{Error, Result, chain};
 pub use exec::{
-    ExecContext, ExecError, ExecOutcome, ExecRequest, Language, OutputChunk, OutputSink,
-    OutputStream, RichResult,
+    CommandRequest, ExecContext, ExecError, ExecOutcome, ExecRequest, Language, OutputChunk,
+    OutputSink, OutputStream, RichResult,
 };
 pub use limits::{Limits, LimitsError};
+pub use registry::{CreateRequest, Registry, RegistryConfig, SandboxView};
 pub use sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runbox_core::{
-    Backend, Error, ExecContext, ExecOutcome, ExecRequest, Language, Limits, SandboxId,
-    SandboxInfo, SandboxSpec, SandboxState, SandboxStatus,
+    Backend, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, Language, Limits,
+    SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus,
 };
 use runbox_jail::{JailHost, JailHostConfig, LayerReport};
 
@@ -255,6 +255,23 @@ impl Backend for LocalBackend {
             .await;
         if sandbox.jail.has_ended() {
             // The sandbox died under the run (closed meanwhile, or its init was killed).
+            self.registry().live.remove(id);
+        }
+        result
+    }
+
+    async fn command(
+        &self,
+        id: &SandboxId,
+        req: CommandRequest,
+        ctx: ExecContext,
+    ) -> Result<ExecOutcome, Error> {
+        Self::check_env(&req.env)?;
+        let sandbox = self.get(id)?;
+        let result = sandbox
+            .command(&self.runtime, &req, &ctx, self.settings())
+            .await;
+        if sandbox.jail.has_ended() {
             self.registry().live.remove(id);
         }
         result

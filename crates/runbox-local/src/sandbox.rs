@@ -2,7 +2,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use runbox_core::{Error, ExecContext, ExecOutcome, ExecRequest, Language, Limits, SandboxId};
+use runbox_core::{
+    CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, Language, Limits, SandboxId,
+};
 use runbox_jail::Jail;
 use tokio::sync::Mutex;
 
@@ -139,6 +141,38 @@ impl LocalSandbox {
         slot.kernel
             .as_mut()
             .ok_or_else(|| Error::sandbox("kernel vanished"))
+    }
+
+    /// Runs a command line in a fresh shell.
+    pub(crate) async fn command(
+        &self,
+        runtime: &Runtime,
+        req: &CommandRequest,
+        ctx: &ExecContext,
+        settings: RunSettings,
+    ) -> Result<ExecOutcome, Error> {
+        if self.jail.has_ended() {
+            return Err(Error::not_found(&self.id));
+        }
+        let bash_path = runtime
+            .for_language(Language::Bash)
+            .map_err(|reason| Error::LanguageUnavailable {
+                language: Language::Bash,
+                reason: reason.into(),
+            })?
+            .path
+            .to_string_lossy()
+            .into_owned();
+        bash::command(
+            &self.jail,
+            &bash_path,
+            &self.env,
+            req,
+            ctx,
+            &self.limits,
+            settings.interrupt_grace,
+        )
+        .await
     }
 
     /// Runs code.

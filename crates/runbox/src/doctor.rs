@@ -112,7 +112,7 @@ pub(crate) async fn main(args: DoctorArgs) -> u8 {
     let backend = match LocalBackend::new(args.engine.local_config(Limits::default())).await {
         Ok(b) => b,
         Err(e) => {
-            r.line(Status::Fail, "engine", format!("{e}: {}", source_chain(&e)));
+            r.line(Status::Fail, "engine", runbox_core::chain(&e));
             return finish(&r);
         }
     };
@@ -180,7 +180,7 @@ pub(crate) async fn main(args: DoctorArgs) -> u8 {
             info.id
         }
         Err(e) => {
-            r.line(Status::Fail, "create", format!("{e}: {}", source_chain(&e)));
+            r.line(Status::Fail, "create", runbox_core::chain(&e));
             return finish(&r);
         }
     };
@@ -317,20 +317,10 @@ async fn sandbox_checks(r: &mut Report, backend: &LocalBackend, id: &SandboxId) 
             Err(e) => r.line(
                 Status::Fail,
                 &format!("{language} kernel"),
-                format!("{e}: {}", source_chain(&e)),
+                runbox_core::chain(&e),
             ),
         }
     }
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = Vec::new();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        parts.push(s.to_string());
-        cur = s.source();
-    }
-    parts.join(": ")
 }
 
 fn finish(r: &Report) -> u8 {

@@ -1,10 +1,12 @@
-//! The `runbox` binary: `run` (one piece of code in a fresh sandbox), `doctor` (which
-//! isolation layers this machine offers), and, hidden, the sandbox init that the local
-//! backend re-executes this binary as.
+//! The `runbox` binary: `serve` (the MCP server), `run` (one piece of code in a fresh
+//! sandbox), `doctor` (which isolation layers this machine offers), and, hidden, the sandbox
+//! init that the local backend re-executes this binary as.
 
 mod cli;
+mod config;
 mod doctor;
 mod run;
+mod serve;
 
 use clap::Parser;
 
@@ -33,6 +35,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             cli::Command::Run(args) => run::main(args).await,
             cli::Command::Doctor(args) => doctor::main(args).await,
+            cli::Command::Serve(args) => serve::main(args).await,
         }
     });
     std::process::ExitCode::from(code)

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use runbox_core::{Error, ExecContext, ExecOutcome, ExecRequest, Limits, OutputStream};
+use runbox_core::{
+    CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, Limits, OutputStream,
+};
 use runbox_jail::{ExitStatus, Jail, SpawnRequest};
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
@@ -60,7 +62,24 @@ impl BashState {
     }
 }
 
-/// Runs `req.code` with bash at `bash` in the sandbox.
+fn check_shell_text(what: &str, text: &str) -> Result<(), Error> {
+    if text.len() > MAX_CODE {
+        return Err(Error::InvalidRequest(format!(
+            "the {what} is {} bytes, over the {MAX_CODE}-byte limit of one command line; write it to a \
+             file in /workspace and run `bash file.sh`",
+            text.len()
+        )));
+    }
+    if text.contains('\0') {
+        return Err(Error::InvalidRequest(format!(
+            "the {what} must not contain NUL bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `req.code` with bash at `bash` in the sandbox, carrying `state` over from the last
+/// run and saving it for the next.
 pub(crate) async fn run(
     jail: &Jail,
     bash: &str,
@@ -70,60 +89,110 @@ pub(crate) async fn run(
     limits: &Limits,
     grace: Duration,
 ) -> Result<ExecOutcome, Error> {
-    if req.code.len() > MAX_CODE {
-        return Err(Error::InvalidRequest(format!(
-            "bash code is {} bytes, over the {MAX_CODE}-byte limit of one command line; write it to a file \
-             in /workspace and run `bash file.sh`",
-            req.code.len()
-        )));
-    }
-    if req.code.contains('\0') {
-        return Err(Error::InvalidRequest(
-            "bash code must not contain NUL bytes".into(),
-        ));
-    }
-    let started = Instant::now();
-    let io_err = |e: std::io::Error| Error::sandbox_caused_by("could not set up a bash run", e);
-    let out = pipe().map_err(io_err)?;
-    let err = pipe().map_err(io_err)?;
-    let saved = pipe().map_err(io_err)?;
-    let null = dev_null().map_err(io_err)?;
-
+    check_shell_text("bash code", &req.code)?;
     let mut env = state.env.clone();
     env.extend(req.env.clone());
     env.insert("BASH_ENV".into(), BASH_PRELUDE.into());
     env.insert("RUNBOX_CWD".into(), state.cwd.clone());
+    let spawn = SpawnRequest {
+        argv: shell_argv(bash, &req.code),
+        env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        cwd: "/workspace".into(),
+    };
+    let (outcome, saved) = run_shell(jail, spawn, true, req.timeout, ctx, limits, grace).await?;
+    if !outcome.timed_out && !outcome.cancelled {
+        state.absorb(&saved, &req.env);
+    }
+    Ok(outcome)
+}
+
+/// Runs a command line in a fresh shell with the sandbox's environment `base_env` plus the
+/// request's, in the request's directory.
+pub(crate) async fn command(
+    jail: &Jail,
+    bash: &str,
+    base_env: &[String],
+    req: &CommandRequest,
+    ctx: &ExecContext,
+    limits: &Limits,
+    grace: Duration,
+) -> Result<ExecOutcome, Error> {
+    check_shell_text("command", &req.command)?;
+    let cwd = req.cwd.clone().unwrap_or_else(|| "/workspace".into());
+    if !cwd.starts_with('/') {
+        return Err(Error::InvalidRequest(format!(
+            "cwd {cwd:?} must be an absolute path inside the sandbox, such as /workspace/project"
+        )));
+    }
+    let mut env: Vec<String> = base_env.to_vec();
+    env.extend(req.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let spawn = SpawnRequest {
+        argv: shell_argv(bash, &req.command),
+        env,
+        cwd: cwd.clone(),
+    };
+    match run_shell(jail, spawn, false, req.timeout, ctx, limits, grace).await {
+        Err(Error::Sandbox {
+            source: Some(source),
+            ..
+        }) if source
+            .downcast_ref::<runbox_jail::JailError>()
+            .and_then(runbox_jail::JailError::errno)
+            .is_some_and(|e| e == libc::ENOENT || e == libc::ENOTDIR) =>
+        {
+            Err(Error::InvalidRequest(format!(
+                "cwd {cwd} does not exist in the sandbox"
+            )))
+        }
+        other => other.map(|(outcome, _)| outcome),
+    }
+}
+
+fn shell_argv(bash: &str, text: &str) -> Vec<String> {
+    vec![
+        bash.to_owned(),
+        "--noprofile".into(),
+        "--norc".into(),
+        "-c".into(),
+        text.to_owned(),
+        "bash".into(),
+    ]
+}
+
+/// Starts a shell and follows it to its end: output captured and streamed, the watchdog
+/// armed, and, with `with_state`, a pipe on fd 3 whose contents are returned.
+async fn run_shell(
+    jail: &Jail,
+    spawn: SpawnRequest,
+    with_state: bool,
+    timeout: Duration,
+    ctx: &ExecContext,
+    limits: &Limits,
+    grace: Duration,
+) -> Result<(ExecOutcome, Vec<u8>), Error> {
+    let started = Instant::now();
+    let io_err = |e: std::io::Error| Error::sandbox_caused_by("could not set up a shell", e);
+    let out = pipe().map_err(io_err)?;
+    let err = pipe().map_err(io_err)?;
+    let saved = pipe().map_err(io_err)?;
+    let null = dev_null().map_err(io_err)?;
+    let mut fds = vec![null.as_fd(), out.writer.as_fd(), err.writer.as_fd()];
+    if with_state {
+        fds.push(saved.writer.as_fd());
+    }
     let spawned = jail
-        .spawn(
-            SpawnRequest {
-                argv: vec![
-                    bash.to_owned(),
-                    "--noprofile".into(),
-                    "--norc".into(),
-                    "-c".into(),
-                    req.code.clone(),
-                    "bash".into(),
-                ],
-                env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
-                cwd: "/workspace".into(),
-            },
-            &[
-                null.as_fd(),
-                out.writer.as_fd(),
-                err.writer.as_fd(),
-                saved.writer.as_fd(),
-            ],
-        )
+        .spawn(spawn, &fds)
         .await
         .map_err(|e| spawn_failed(e, "bash", limits.pids))?;
+    drop(fds);
     drop((null, out.writer, err.writer, saved.writer));
 
     let (mut stdout, mut stderr, mut state_pipe) = (out.reader, err.reader, saved.reader);
     let mut exit = spawned.exit;
     let mut output = RunOutput::new(limits.output_bytes, ctx.output.clone());
     let mut saved_state = Vec::new();
-    let mut watchdog = Watchdog::new(req.timeout, grace, ctx.cancel.clone());
-    let (mut out_open, mut err_open, mut state_open) = (true, true, true);
+    let mut watchdog = Watchdog::new(timeout, grace, ctx.cancel.clone());
+    let (mut out_open, mut err_open, mut state_open) = (true, true, with_state);
     let mut obuf = vec![0u8; 65536];
     let mut ebuf = vec![0u8; 65536];
     let mut sbuf = vec![0u8; 65536];
@@ -148,20 +217,18 @@ pub(crate) async fn run(
             }
         }
     };
-    // What bash wrote before it exited is in the pipes; later writes belong to processes it
-    // left in the background, which the run does not wait for.
+    // What the shell wrote before it exited is in the pipes; later writes belong to processes
+    // it left in the background, which the run does not wait for.
     drain_now(&stdout, |b| output.push(OutputStream::Stdout, b));
     drain_now(&stderr, |b| output.push(OutputStream::Stderr, b));
-    drain_now(&state_pipe, |b| {
-        if saved_state.len() + b.len() <= MAX_STATE {
-            saved_state.extend_from_slice(b);
-        }
-    });
-    let (stdout, stderr, truncated) = output.finish();
-    if watchdog.cause().is_none() {
-        state.absorb(&saved_state, &req.env);
+    if with_state {
+        drain_now(&state_pipe, |b| {
+            if saved_state.len() + b.len() <= MAX_STATE {
+                saved_state.extend_from_slice(b);
+            }
+        });
     }
-
+    let (stdout, stderr, truncated) = output.finish();
     let mut outcome = ExecOutcome {
         stdout,
         stderr,
@@ -175,7 +242,7 @@ pub(crate) async fn run(
             outcome.timed_out = true;
             outcome.notes.push(format!(
                 "The run exceeded its timeout of {} s and its processes were stopped.",
-                req.timeout.as_secs_f64()
+                timeout.as_secs_f64()
             ));
         }
         Some(StopCause::Cancelled) => {
@@ -191,7 +258,7 @@ pub(crate) async fn run(
             .notes
             .push("The sandbox ended during the run.".into());
     }
-    Ok(outcome)
+    Ok((outcome, saved_state))
 }
 
 #[cfg(test)]

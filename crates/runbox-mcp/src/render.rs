@@ -1,0 +1,227 @@
+//! From outcomes and errors to tool results: readable text for the model, the same facts as
+//! `structuredContent` for programs, and `isError` when the call did not do what was asked.
+//! Every error a backend returns becomes a tool result here, in one place; none becomes a
+//! protocol error.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use rmcp::model::{CallToolResult, ContentBlock};
+use runbox_core::Error;
+use serde::Serialize;
+
+use crate::types::{RunCodeOutput, RunCommandOutput};
+
+/// RFC 3339 in UTC with milliseconds.
+pub(crate) fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn with_structured<T: Serialize>(mut result: CallToolResult, structured: &T) -> CallToolResult {
+    match serde_json::to_value(structured) {
+        Ok(v) => result.structured_content = Some(v),
+        Err(e) => tracing::error!("structured result did not serialize: {e}"),
+    }
+    result
+}
+
+/// A successful result: `text` for people and models, `structured` for programs.
+pub(crate) fn ok<T: Serialize>(text: String, structured: &T) -> CallToolResult {
+    with_structured(
+        CallToolResult::success(vec![ContentBlock::text(text)]),
+        structured,
+    )
+}
+
+/// A result whose call failed in a way the caller can act on, with only a message.
+pub(crate) fn failure(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+/// The tool result for a backend error: what went wrong and what to do about it.
+pub(crate) fn error(e: &Error) -> CallToolResult {
+    let hint = match e {
+        Error::SandboxNotFound { .. } => {
+            " Call create_sandbox for a new one (list_sandboxes shows yours), or call run_code \
+             without sandbox_id to use a fresh sandbox once."
+        }
+        Error::LimitReached(_) => " Close sandboxes you no longer need with close_sandbox.",
+        Error::Sandbox { .. } => " This is a failure of the sandbox, not of your code; try again.",
+        _ => "",
+    };
+    let mut message = runbox_core::chain(e);
+    message.push_str(hint);
+    failure(message)
+}
+
+fn section(text: &mut String, title: &str, body: &str) {
+    if body.is_empty() {
+        return;
+    }
+    let _ = writeln!(text, "[{title}]");
+    text.push_str(body);
+    if !body.ends_with('\n') {
+        text.push('\n');
+    }
+}
+
+/// `run_code`'s result. `isError` when the code did not run to completion (an uncaught
+/// error, a failing exit status, a timeout, a cancellation), with the output it produced.
+pub(crate) fn run_code(out: &RunCodeOutput) -> CallToolResult {
+    let mut text = String::new();
+    section(&mut text, "stdout", &out.stdout);
+    section(&mut text, "stderr", &out.stderr);
+    for r in &out.results {
+        let shown = r
+            .data
+            .get("text/plain")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                format!(
+                    "({} result)",
+                    r.data.keys().cloned().collect::<Vec<_>>().join(", ")
+                )
+            });
+        section(
+            &mut text,
+            if r.is_main_result {
+                "result"
+            } else {
+                "display"
+            },
+            &shown,
+        );
+    }
+    if let Some(e) = &out.error {
+        let body = if e.traceback.is_empty() {
+            format!("{}: {}", e.name, e.value)
+        } else {
+            e.traceback.clone()
+        };
+        section(&mut text, "error", &body);
+    }
+    if let Some(code) = out.exit_code.filter(|c| *c != 0) {
+        let _ = writeln!(text, "[exit code {code}]");
+    }
+    for note in &out.notes {
+        let _ = writeln!(text, "[note] {note}");
+    }
+    if text.is_empty() {
+        text.push_str("(no output)\n");
+    }
+    let failed = out.error.is_some()
+        || out.timed_out
+        || out.cancelled
+        || out.exit_code.is_some_and(|c| c != 0);
+    let base = if failed {
+        CallToolResult::error
+    } else {
+        CallToolResult::success
+    };
+    with_structured(base(vec![ContentBlock::text(text)]), out)
+}
+
+/// `run_command`'s result; `isError` for a non-zero status, a timeout or a cancellation.
+pub(crate) fn run_command(out: &RunCommandOutput) -> CallToolResult {
+    let mut text = String::new();
+    section(&mut text, "stdout", &out.stdout);
+    section(&mut text, "stderr", &out.stderr);
+    let _ = writeln!(text, "[exit code {}]", out.exit_code);
+    for note in &out.notes {
+        let _ = writeln!(text, "[note] {note}");
+    }
+    let failed = out.exit_code != 0 || out.timed_out || out.cancelled;
+    let base = if failed {
+        CallToolResult::error
+    } else {
+        CallToolResult::success
+    };
+    with_structured(base(vec![ContentBlock::text(text)]), out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{ErrorOut, ResultOut};
+
+    fn output() -> RunCodeOutput {
+        RunCodeOutput {
+            sandbox_id: "sbx_1".into(),
+            ephemeral: false,
+            stdout: "hi\n".into(),
+            stderr: String::new(),
+            results: vec![ResultOut {
+                data: [("text/plain".to_owned(), serde_json::json!("42"))].into(),
+                is_main_result: true,
+            }],
+            error: None,
+            exit_code: None,
+            duration_ms: 3,
+            truncated: false,
+            timed_out: false,
+            cancelled: false,
+            kernel_restarted: false,
+            notes: vec![],
+        }
+    }
+
+    fn text(r: &CallToolResult) -> String {
+        r.content
+            .iter()
+            .filter_map(|c| c.as_text())
+            .map(|t| t.text.clone())
+            .collect()
+    }
+
+    #[test]
+    fn success_reads_well_and_carries_the_structure() {
+        let r = run_code(&output());
+        assert_eq!(r.is_error, Some(false));
+        assert_eq!(text(&r), "[stdout]\nhi\n[result]\n42\n");
+        assert_eq!(
+            r.structured_content.unwrap()["results"][0]["data"]["text/plain"],
+            "42"
+        );
+    }
+
+    #[test]
+    fn a_failed_run_is_an_error_result_with_its_output() {
+        let mut o = output();
+        o.error = Some(ErrorOut {
+            name: "ValueError".into(),
+            value: "bad".into(),
+            traceback: String::new(),
+        });
+        o.timed_out = true;
+        o.notes.push("interrupted".into());
+        let r = run_code(&o);
+        assert_eq!(r.is_error, Some(true));
+        let t = text(&r);
+        assert!(t.contains("[stdout]\nhi\n"), "{t}");
+        assert!(t.contains("[error]\nValueError: bad"), "{t}");
+        assert!(t.contains("[note] interrupted"), "{t}");
+        assert!(r.structured_content.is_some());
+    }
+
+    #[test]
+    fn errors_say_what_to_do() {
+        let r = error(&Error::not_found("sbx_9"));
+        assert_eq!(r.is_error, Some(true));
+        let t = text(&r);
+        assert!(t.contains("sbx_9") && t.contains("create_sandbox"), "{t}");
+        let r = error(&Error::sandbox_caused_by(
+            "could not create a sandbox",
+            std::io::Error::other("disk full"),
+        ));
+        assert!(text(&r).contains("disk full"));
+    }
+
+    #[test]
+    fn empty_output_says_so() {
+        let mut o = output();
+        o.stdout.clear();
+        o.results.clear();
+        assert_eq!(text(&run_code(&o)), "(no output)\n");
+    }
+}

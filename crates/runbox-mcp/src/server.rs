@@ -1,0 +1,450 @@
+//! The MCP server: the tools of the default profile, on top of the sandbox registry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::common::schema_for_output;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use runbox_core::{
+    CommandRequest, CreateRequest, Error, ExecContext, ExecRequest, OutputChunk, OutputStream,
+    Registry, SandboxId,
+};
+use tokio::sync::mpsc;
+
+use crate::render;
+use crate::types::{
+    CloseSandboxOutput, CreateSandboxArgs, CreateSandboxOutput, LimitsOut, ListSandboxesOutput,
+    RunCodeArgs, RunCodeOutput, RunCommandArgs, RunCommandOutput, SandboxArgs, SandboxStatusOutput,
+    SandboxSummary, language_arg, run_code_output,
+};
+
+/// What the server needs beyond the registry.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// A run's timeout when the caller gives none.
+    pub default_run_timeout: Duration,
+    /// The longest timeout a caller may ask for.
+    pub max_run_timeout: Duration,
+    /// The tenant every request belongs to (one local tenant until authentication exists).
+    pub tenant: String,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            default_run_timeout: Duration::from_secs(60),
+            max_run_timeout: Duration::from_secs(600),
+            tenant: "local".into(),
+        }
+    }
+}
+
+/// Instructions sent to clients at initialisation.
+pub const INSTRUCTIONS: &str = "runbox runs code in isolated sandboxes. Use run_code without a \
+sandbox_id for one-off snippets. For related steps, call create_sandbox once and pass its \
+sandbox_id to run_code and run_command: variables, imports, functions and files in /workspace \
+persist there. Python and JavaScript return the value of the last expression, like a notebook \
+cell. Sandboxes have no network access. Close sandboxes with close_sandbox when done; idle ones \
+expire on their own.";
+
+struct State {
+    registry: Arc<Registry>,
+    settings: ServerSettings,
+}
+
+/// runbox's MCP server. Cheap to clone: every session shares one registry.
+#[derive(Clone)]
+pub struct RunboxServer {
+    state: Arc<State>,
+    tool_router: ToolRouter<Self>,
+}
+
+impl std::fmt::Debug for RunboxServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunboxServer")
+            .field("settings", &self.state.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Forwards live output to the client as progress notifications, when it asked for them.
+struct Progress {
+    sink: Option<runbox_core::OutputSink>,
+    forwarder: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn new(ctx: &RequestContext<RoleServer>) -> Self {
+        let Some(token) = ctx.meta.get_progress_token() else {
+            return Self {
+                sink: None,
+                forwarder: None,
+            };
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel::<OutputChunk>();
+        let peer = ctx.peer.clone();
+        let forwarder = tokio::spawn(async move {
+            let mut n = 0.0;
+            while let Some(chunk) = rx.recv().await {
+                n += 1.0;
+                let message = match chunk.stream {
+                    OutputStream::Stdout => chunk.text,
+                    OutputStream::Stderr => format!("[stderr] {}", chunk.text),
+                };
+                let param = ProgressNotificationParam::new(token.clone(), n).with_message(message);
+                if peer.notify_progress(param).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let sink: runbox_core::OutputSink = Arc::new(move |chunk| {
+            let _ = tx.send(chunk);
+        });
+        Self {
+            sink: Some(sink),
+            forwarder: Some(forwarder),
+        }
+    }
+
+    /// Waits until every notification is sent, so they all precede the result.
+    async fn finish(self) {
+        drop(self.sink);
+        if let Some(f) = self.forwarder {
+            let _ = f.await;
+        }
+    }
+}
+
+fn seconds(s: f64, what: &str) -> Result<Duration, Error> {
+    if !s.is_finite() || s <= 0.0 {
+        return Err(Error::InvalidRequest(format!(
+            "{what} must be a positive number of seconds, got {s}"
+        )));
+    }
+    Duration::try_from_secs_f64(s).map_err(|e| Error::InvalidRequest(format!("{what}: {e}")))
+}
+
+#[tool_router]
+impl RunboxServer {
+    /// A server over `registry`.
+    pub fn new(registry: Arc<Registry>, settings: ServerSettings) -> Self {
+        Self {
+            state: Arc::new(State { registry, settings }),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The registry behind the server.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.state.registry
+    }
+
+    fn tenant(&self) -> &str {
+        &self.state.settings.tenant
+    }
+
+    fn run_timeout(&self, asked: Option<f64>) -> Result<Duration, Error> {
+        let s = &self.state.settings;
+        match asked {
+            None => Ok(s.default_run_timeout),
+            Some(t) => {
+                let t = seconds(t, "timeout_seconds")?;
+                if t > s.max_run_timeout {
+                    return Err(Error::InvalidRequest(format!(
+                        "timeout_seconds {} exceeds this server's maximum of {} s; for longer work \
+                         split it into steps",
+                        t.as_secs_f64(),
+                        s.max_run_timeout.as_secs_f64()
+                    )));
+                }
+                Ok(t)
+            }
+        }
+    }
+
+    #[tool(
+        description = "Run code in a sandbox and return its output, the value of its last expression \
+                       (python, javascript), any error with its traceback, and the exit code (bash). \
+                       With sandbox_id the code runs in that sandbox and its state persists for the \
+                       next call; without it a fresh sandbox is used once and closed.",
+        output_schema = schema_for_output::<RunCodeOutput>(),
+        annotations(title = "Run code", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn run_code(
+        &self,
+        Parameters(args): Parameters<RunCodeArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let timeout = match self.run_timeout(args.timeout_seconds) {
+            Ok(t) => t,
+            Err(e) => return render::error(&e),
+        };
+        let mut req = ExecRequest::new(args.language.into(), args.code, timeout);
+        req.env = args.env;
+        let progress = Progress::new(&ctx);
+        let exec_ctx = ExecContext {
+            output: progress.sink.clone(),
+            cancel: ctx.ct.clone(),
+        };
+        let registry = &self.state.registry;
+        let result = match args.sandbox_id {
+            Some(id) => {
+                let id = SandboxId::from(id);
+                registry
+                    .exec(self.tenant(), &id, req, exec_ctx)
+                    .await
+                    .map(|o| (id, false, o))
+            }
+            None => registry
+                .exec_once(self.tenant(), req, exec_ctx)
+                .await
+                .map(|(id, o)| (id, true, o)),
+        };
+        progress.finish().await;
+        match result {
+            Ok((id, ephemeral, outcome)) => {
+                render::run_code(&run_code_output(id.to_string(), ephemeral, outcome))
+            }
+            Err(e) => render::error(&e),
+        }
+    }
+
+    #[tool(
+        description = "Run a shell command line (bash -c) in a fresh shell in a sandbox and return its \
+                       output and exit code. Use it for tools and scripts (ls, pip list, git, make, \
+                       python script.py). Without sandbox_id a fresh sandbox is used once and closed.",
+        output_schema = schema_for_output::<RunCommandOutput>(),
+        annotations(title = "Run a command", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn run_command(
+        &self,
+        Parameters(args): Parameters<RunCommandArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let timeout = match self.run_timeout(args.timeout_seconds) {
+            Ok(t) => t,
+            Err(e) => return render::error(&e),
+        };
+        let mut req = CommandRequest::new(args.command, timeout);
+        req.cwd = args.cwd;
+        req.env = args.env;
+        let progress = Progress::new(&ctx);
+        let exec_ctx = ExecContext {
+            output: progress.sink.clone(),
+            cancel: ctx.ct.clone(),
+        };
+        let registry = &self.state.registry;
+        let result = match args.sandbox_id {
+            Some(id) => {
+                let id = SandboxId::from(id);
+                registry
+                    .command(self.tenant(), &id, req, exec_ctx)
+                    .await
+                    .map(|o| (id, false, o))
+            }
+            None => registry
+                .command_once(self.tenant(), req, exec_ctx)
+                .await
+                .map(|(id, o)| (id, true, o)),
+        };
+        progress.finish().await;
+        match result {
+            Ok((id, ephemeral, o)) => render::run_command(&RunCommandOutput {
+                sandbox_id: id.to_string(),
+                ephemeral,
+                stdout: o.stdout,
+                stderr: o.stderr,
+                exit_code: i64::from(o.exit_code.unwrap_or(-1)),
+                duration_ms: i64::try_from(o.duration.as_millis()).unwrap_or(i64::MAX),
+                truncated: o.truncated,
+                timed_out: o.timed_out,
+                cancelled: o.cancelled,
+                notes: o.notes,
+            }),
+            Err(e) => render::error(&e),
+        }
+    }
+
+    #[tool(
+        description = "Create a sandbox whose state (variables, imports, files in /workspace) persists \
+                       across run_code and run_command calls. Returns its sandbox_id. It closes by \
+                       itself after timeout_seconds idle (default 900); close it with close_sandbox \
+                       when done.",
+        output_schema = schema_for_output::<CreateSandboxOutput>(),
+        annotations(title = "Create a sandbox", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn create_sandbox(
+        &self,
+        Parameters(args): Parameters<CreateSandboxArgs>,
+    ) -> CallToolResult {
+        let idle_timeout = match args
+            .timeout_seconds
+            .map(|t| seconds(t, "timeout_seconds"))
+            .transpose()
+        {
+            Ok(t) => t,
+            Err(e) => return render::error(&e),
+        };
+        let req = CreateRequest {
+            idle_timeout,
+            env: args.env,
+            metadata: args.metadata,
+            limits: None,
+        };
+        match self.state.registry.create(self.tenant(), req).await {
+            Ok((view, info)) => {
+                let out = CreateSandboxOutput {
+                    sandbox_id: view.id.to_string(),
+                    created_at: render::rfc3339(view.created_at),
+                    expires_at: render::rfc3339(view.expires_at),
+                    timeout_seconds: view.idle_timeout.as_secs_f64(),
+                    limits: LimitsOut::from(&info.limits),
+                    languages: info.languages.iter().map(|l| language_arg(*l)).collect(),
+                    network: "none".into(),
+                    metadata: view.metadata,
+                };
+                let text = format!(
+                    "Created sandbox {} (idle timeout {} s, expires {} if unused). Pass this sandbox_id \
+                     to run_code and run_command.",
+                    out.sandbox_id, out.timeout_seconds, out.expires_at
+                );
+                render::ok(text, &out)
+            }
+            Err(e) => render::error(&e),
+        }
+    }
+
+    #[tool(
+        description = "List your sandboxes with their state and expiry.",
+        output_schema = schema_for_output::<ListSandboxesOutput>(),
+        annotations(title = "List sandboxes", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn list_sandboxes(&self) -> CallToolResult {
+        let sandboxes: Vec<SandboxSummary> = self
+            .state
+            .registry
+            .list(self.tenant())
+            .into_iter()
+            .map(|v| SandboxSummary {
+                sandbox_id: v.id.to_string(),
+                state: "running".into(),
+                created_at: render::rfc3339(v.created_at),
+                expires_at: render::rfc3339(v.expires_at),
+                timeout_seconds: v.idle_timeout.as_secs_f64(),
+                busy: v.busy > 0,
+                metadata: v.metadata,
+            })
+            .collect();
+        let text = if sandboxes.is_empty() {
+            "No sandboxes. Create one with create_sandbox.".to_owned()
+        } else {
+            sandboxes
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} {}{} expires {}",
+                        s.sandbox_id,
+                        s.state,
+                        if s.busy { " (busy)" } else { "" },
+                        s.expires_at
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        render::ok(text, &ListSandboxesOutput { sandboxes })
+    }
+
+    #[tool(
+        description = "Get a sandbox's state, creation and expiry times, memory and CPU used, \
+                       processes and running kernels.",
+        output_schema = schema_for_output::<SandboxStatusOutput>(),
+        annotations(title = "Sandbox status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn get_sandbox_status(
+        &self,
+        Parameters(args): Parameters<SandboxArgs>,
+    ) -> CallToolResult {
+        let id = SandboxId::from(args.sandbox_id);
+        match self.state.registry.status(self.tenant(), &id).await {
+            Ok((view, status)) => {
+                let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                let out = SandboxStatusOutput {
+                    sandbox_id: id.to_string(),
+                    state: "running".into(),
+                    created_at: render::rfc3339(view.created_at),
+                    expires_at: render::rfc3339(view.expires_at),
+                    timeout_seconds: view.idle_timeout.as_secs_f64(),
+                    busy: view.busy > 0,
+                    memory_bytes: status.memory_bytes.map(i),
+                    memory_limit_bytes: i(status.limits.memory_bytes()),
+                    cpu_seconds: status.cpu_seconds,
+                    processes: status.pids.map(i),
+                    kernels: status.kernels.iter().map(|l| language_arg(*l)).collect(),
+                    limits: LimitsOut::from(&status.limits),
+                };
+                let mib = |b: i64| b as f64 / 1048576.0;
+                let text = format!(
+                    "Sandbox {}: {}{}, created {}, expires {}; memory {} of {:.0} MiB; CPU {}; processes {}; kernels: {}",
+                    out.sandbox_id,
+                    out.state,
+                    if out.busy { " (busy)" } else { "" },
+                    out.created_at,
+                    out.expires_at,
+                    out.memory_bytes
+                        .map_or("unknown".into(), |b| format!("{:.1} MiB", mib(b))),
+                    mib(out.memory_limit_bytes),
+                    out.cpu_seconds
+                        .map_or("unknown".into(), |c| format!("{c:.2} s")),
+                    out.processes.map_or("unknown".into(), |p| p.to_string()),
+                    if out.kernels.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        status
+                            .kernels
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                );
+                render::ok(text, &out)
+            }
+            Err(e) => render::error(&e),
+        }
+    }
+
+    #[tool(
+        description = "Close a sandbox: every process in it is stopped and its files are deleted.",
+        output_schema = schema_for_output::<CloseSandboxOutput>(),
+        annotations(title = "Close a sandbox", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn close_sandbox(&self, Parameters(args): Parameters<SandboxArgs>) -> CallToolResult {
+        let id = SandboxId::from(args.sandbox_id);
+        match self.state.registry.close(self.tenant(), &id).await {
+            Ok(()) => render::ok(
+                format!("Closed sandbox {id}."),
+                &CloseSandboxOutput {
+                    sandbox_id: id.to_string(),
+                    closed: true,
+                },
+            ),
+            Err(e) => render::error(&e),
+        }
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for RunboxServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("runbox", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+}

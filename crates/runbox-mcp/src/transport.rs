@@ -1,0 +1,117 @@
+//! The two transports: stdio (what desktop clients spawn) and streamable HTTP (`/mcp`,
+//! plus `/healthz`). Both revisions in use are answered on each: 2025-11-25 with
+//! `initialize` and sessions, 2026-07-28 stateless with `server/discover`; rmcp negotiates.
+//! Sandbox ids are tool arguments, never tied to an HTTP session.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::routing::get;
+use rmcp::ServiceExt;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use crate::server::RunboxServer;
+
+/// Why a transport stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The MCP session could not start.
+    #[error("MCP over stdio: {0}")]
+    Stdio(String),
+    /// The HTTP server failed.
+    #[error("HTTP server: {0}")]
+    Http(#[from] std::io::Error),
+}
+
+/// Serves MCP on stdin and stdout until the client closes stdin or `shutdown` fires.
+pub async fn serve_stdio(
+    server: RunboxServer,
+    shutdown: CancellationToken,
+) -> Result<(), TransportError> {
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| TransportError::Stdio(e.to_string()))?;
+    let cancel = running.cancellation_token();
+    tokio::select! {
+        r = running.waiting() => {
+            r.map_err(|e| TransportError::Stdio(e.to_string()))?;
+        }
+        () = shutdown.cancelled() => cancel.cancel(),
+    }
+    Ok(())
+}
+
+/// Settings of the HTTP transport.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// `Host` header values accepted (DNS-rebinding protection); loopback names by default.
+    pub allowed_hosts: Vec<String>,
+    /// Browser `Origin`s accepted; empty: any request without an Origin, none with one
+    /// other than the allowed hosts'.
+    pub allowed_origins: Vec<String>,
+    /// Largest request body, in bytes (code travels in requests).
+    pub max_request_bytes: usize,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_origins: Vec::new(),
+            max_request_bytes: 8 << 20,
+        }
+    }
+}
+
+async fn healthz(State(server): State<RunboxServer>) -> Json<serde_json::Value> {
+    let r = server.registry();
+    Json(serde_json::json!({
+        "status": "ok",
+        "backend": r.backend().name(),
+        "sandboxes": r.count(),
+        "pooled": r.pooled(),
+    }))
+}
+
+/// The HTTP application: `/mcp` and `/healthz`.
+pub fn http_app(
+    server: RunboxServer,
+    options: &HttpOptions,
+    shutdown: CancellationToken,
+) -> axum::Router {
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(options.allowed_hosts.clone())
+        .with_allowed_origins(options.allowed_origins.clone())
+        .with_max_request_body_bytes(options.max_request_bytes)
+        .with_cancellation_token(shutdown);
+    let factory_server = server.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(factory_server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    axum::Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(server)
+        .nest_service("/mcp", mcp)
+}
+
+/// Serves `app` on `listener` until `shutdown` fires, then finishes the requests in flight.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    shutdown: CancellationToken,
+) -> Result<(), TransportError> {
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { shutdown.cancelled().await })
+    .await?;
+    Ok(())
+}

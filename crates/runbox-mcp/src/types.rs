@@ -1,0 +1,339 @@
+//! Arguments and structured results of the tools: the MCP contract. Input and output schemas
+//! are generated from these types, never written by hand.
+//!
+//! Integers are `i64` and fractions `f64` on purpose: schemars marks unsigned integers with
+//! non-standard formats (`uint64`) that JSON-Schema validators in clients warn about.
+
+use std::collections::BTreeMap;
+
+use runbox_core::{ExecOutcome, Language};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A language code can run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LanguageArg {
+    /// Python 3, in a persistent kernel with notebook semantics.
+    #[default]
+    Python,
+    /// JavaScript (Node.js), in a persistent context with top-level await.
+    #[serde(alias = "js", alias = "node")]
+    Javascript,
+    /// TypeScript, run in the JavaScript context.
+    #[serde(alias = "ts")]
+    Typescript,
+    /// bash; exported variables and the working directory persist between calls.
+    #[serde(alias = "sh", alias = "shell")]
+    Bash,
+}
+
+impl From<LanguageArg> for Language {
+    fn from(l: LanguageArg) -> Self {
+        match l {
+            LanguageArg::Python => Language::Python,
+            LanguageArg::Javascript => Language::JavaScript,
+            LanguageArg::Typescript => Language::TypeScript,
+            LanguageArg::Bash => Language::Bash,
+        }
+    }
+}
+
+/// Arguments of `run_code`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCodeArgs {
+    /// The code to run. In python and javascript the value of the last expression is
+    /// returned, as in a notebook.
+    pub code: String,
+    /// The language (default python).
+    #[serde(default)]
+    pub language: LanguageArg,
+    /// The sandbox to run in, from create_sandbox; state (variables, files) persists there
+    /// between calls. Omit it to run in a fresh sandbox that is closed afterwards.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+    /// Seconds before the run is interrupted (default 60; at most the server's maximum).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+    /// Extra environment variables for this run only.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Arguments of `run_command`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommandArgs {
+    /// A shell command line, run with `bash -c` in a fresh shell.
+    pub command: String,
+    /// The sandbox to run in; omit it to use a fresh sandbox closed afterwards.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+    /// Working directory (absolute, default /workspace).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Extra environment variables for this command.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Seconds before the command is stopped (default 60; at most the server's maximum).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+}
+
+/// Arguments of `create_sandbox`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandboxArgs {
+    /// Seconds the sandbox may stay idle before it is closed automatically (default 900).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+    /// Environment variables every process in the sandbox starts with.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Free-form labels, returned by list_sandboxes.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Arguments naming one sandbox.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxArgs {
+    /// The sandbox's id, from create_sandbox or list_sandboxes.
+    pub sandbox_id: String,
+}
+
+/// An uncaught error of the code.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ErrorOut {
+    /// Its class or kind (ZeroDivisionError, TypeError, KernelDied, ...).
+    pub name: String,
+    /// Its message.
+    pub value: String,
+    /// The traceback, user frames only.
+    pub traceback: String,
+}
+
+/// A rich result: the last expression's value or a display() call.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ResultOut {
+    /// Representations by MIME type (text/plain, text/html, image/png as base64, ...).
+    pub data: BTreeMap<String, serde_json::Value>,
+    /// True for the value of the last expression.
+    pub is_main_result: bool,
+}
+
+/// Result of `run_code`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct RunCodeOutput {
+    /// The sandbox the code ran in.
+    pub sandbox_id: String,
+    /// Whether that sandbox was made for this run and is now closed.
+    pub ephemeral: bool,
+    /// Standard output (head and tail kept when over the cap).
+    pub stdout: String,
+    /// Standard error (head and tail kept when over the cap).
+    pub stderr: String,
+    /// Rich results, in order.
+    pub results: Vec<ResultOut>,
+    /// The uncaught error, if the code failed.
+    pub error: Option<ErrorOut>,
+    /// Exit status, for bash.
+    pub exit_code: Option<i64>,
+    /// Wall-clock time of the run in milliseconds.
+    pub duration_ms: i64,
+    /// Whether output was cut to fit the cap.
+    pub truncated: bool,
+    /// Whether the timeout interrupted the run.
+    pub timed_out: bool,
+    /// Whether the caller cancelled the run.
+    pub cancelled: bool,
+    /// Whether the kernel was lost and its state with it.
+    pub kernel_restarted: bool,
+    /// Things to know about this run.
+    pub notes: Vec<String>,
+}
+
+/// Result of `run_command`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct RunCommandOutput {
+    /// The sandbox the command ran in.
+    pub sandbox_id: String,
+    /// Whether that sandbox was made for this command and is now closed.
+    pub ephemeral: bool,
+    /// Standard output (head and tail kept when over the cap).
+    pub stdout: String,
+    /// Standard error (head and tail kept when over the cap).
+    pub stderr: String,
+    /// Exit status (128 + the signal number when a signal ended it).
+    pub exit_code: i64,
+    /// Wall-clock time in milliseconds.
+    pub duration_ms: i64,
+    /// Whether output was cut to fit the cap.
+    pub truncated: bool,
+    /// Whether the timeout stopped the command.
+    pub timed_out: bool,
+    /// Whether the caller cancelled it.
+    pub cancelled: bool,
+    /// Things to know about this command.
+    pub notes: Vec<String>,
+}
+
+/// Resource limits of a sandbox.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LimitsOut {
+    /// Memory, swap and files in /workspace and /tmp included, in MiB.
+    pub memory_mb: i64,
+    /// Processes and threads at once.
+    pub pids: i64,
+    /// CPU, in cores.
+    pub cpus: f64,
+    /// Size of /workspace in MiB.
+    pub workspace_mb: i64,
+    /// Size of /tmp in MiB.
+    pub tmp_mb: i64,
+    /// Output kept per stream per run, in bytes.
+    pub output_bytes: i64,
+}
+
+impl From<&runbox_core::Limits> for LimitsOut {
+    fn from(l: &runbox_core::Limits) -> Self {
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        Self {
+            memory_mb: i(l.memory_mb),
+            pids: i64::from(l.pids),
+            cpus: l.cpus,
+            workspace_mb: i(l.workspace_mb),
+            tmp_mb: i(l.tmp_mb),
+            output_bytes: i(l.output_bytes as u64),
+        }
+    }
+}
+
+/// Result of `create_sandbox`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CreateSandboxOutput {
+    /// Pass it to run_code, run_command and the other tools.
+    pub sandbox_id: String,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// When it closes if left idle (RFC 3339); every call resets the clock.
+    pub expires_at: String,
+    /// Idle life in seconds.
+    pub timeout_seconds: f64,
+    /// Its limits.
+    pub limits: LimitsOut,
+    /// Languages it can run.
+    pub languages: Vec<LanguageArg>,
+    /// Network access: "none".
+    pub network: String,
+    /// Labels given at creation.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// One sandbox in `list_sandboxes`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SandboxSummary {
+    /// Its id.
+    pub sandbox_id: String,
+    /// running.
+    pub state: String,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// When it closes if left idle (RFC 3339).
+    pub expires_at: String,
+    /// Idle life in seconds.
+    pub timeout_seconds: f64,
+    /// Whether code is running in it now.
+    pub busy: bool,
+    /// Labels given at creation.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Result of `list_sandboxes`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ListSandboxesOutput {
+    /// The caller's sandboxes, oldest first.
+    pub sandboxes: Vec<SandboxSummary>,
+}
+
+/// Result of `get_sandbox_status`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SandboxStatusOutput {
+    /// Its id.
+    pub sandbox_id: String,
+    /// running.
+    pub state: String,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// When it closes if left idle (RFC 3339).
+    pub expires_at: String,
+    /// Idle life in seconds.
+    pub timeout_seconds: f64,
+    /// Whether code is running in it now.
+    pub busy: bool,
+    /// Memory in use now, bytes (when measurable).
+    pub memory_bytes: Option<i64>,
+    /// Its memory limit, bytes.
+    pub memory_limit_bytes: i64,
+    /// CPU time used so far, seconds (when measurable).
+    pub cpu_seconds: Option<f64>,
+    /// Processes and threads alive now (when measurable).
+    pub processes: Option<i64>,
+    /// Languages with a running kernel.
+    pub kernels: Vec<LanguageArg>,
+    /// Its limits.
+    pub limits: LimitsOut,
+}
+
+/// Result of `close_sandbox`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CloseSandboxOutput {
+    /// The closed sandbox.
+    pub sandbox_id: String,
+    /// Always true: it and everything running in it are gone.
+    pub closed: bool,
+}
+
+pub(crate) fn language_arg(l: Language) -> LanguageArg {
+    match l {
+        Language::Python => LanguageArg::Python,
+        Language::JavaScript => LanguageArg::Javascript,
+        Language::TypeScript => LanguageArg::Typescript,
+        Language::Bash => LanguageArg::Bash,
+    }
+}
+
+pub(crate) fn run_code_output(
+    sandbox_id: String,
+    ephemeral: bool,
+    o: ExecOutcome,
+) -> RunCodeOutput {
+    RunCodeOutput {
+        sandbox_id,
+        ephemeral,
+        stdout: o.stdout,
+        stderr: o.stderr,
+        results: o
+            .results
+            .into_iter()
+            .map(|r| ResultOut {
+                data: r.data,
+                is_main_result: r.is_main_result,
+            })
+            .collect(),
+        error: o.error.map(|e| ErrorOut {
+            name: e.name,
+            value: e.value,
+            traceback: e.traceback,
+        }),
+        exit_code: o.exit_code.map(i64::from),
+        duration_ms: i64::try_from(o.duration.as_millis()).unwrap_or(i64::MAX),
+        truncated: o.truncated,
+        timed_out: o.timed_out,
+        cancelled: o.cancelled,
+        kernel_restarted: o.kernel_restarted,
+        notes: o.notes,
+    }
+}

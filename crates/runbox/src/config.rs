@@ -1,0 +1,363 @@
+//! `runbox serve` configuration: flags (each with a `RUNBOX_*` variable) over an optional
+//! TOML file over defaults, validated into one [`ServeConfig`] before anything starts.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use runbox_core::Limits;
+use serde::Deserialize;
+
+use crate::cli::EngineArgs;
+
+/// Flags of `runbox serve`. Unset flags fall back to the config file, then to defaults.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Serve MCP on stdin and stdout (what desktop clients spawn).
+    #[arg(long, conflicts_with = "http")]
+    pub(crate) stdio: bool,
+
+    /// Serve MCP over streamable HTTP at ADDR (endpoint /mcp, plus /healthz), e.g.
+    /// 127.0.0.1:8000.
+    #[arg(long, env = "RUNBOX_HTTP", value_name = "ADDR")]
+    pub(crate) http: Option<SocketAddr>,
+
+    /// A TOML file with any of the settings below (flags and variables win over it).
+    #[arg(long, env = "RUNBOX_CONFIG", value_name = "PATH")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// Allow binding HTTP to a non-loopback address without authentication: anyone who can
+    /// reach the port can run code.
+    #[arg(long, env = "RUNBOX_INSECURE_PUBLIC")]
+    pub(crate) insecure_public: bool,
+
+    /// Host header value accepted on HTTP, besides localhost (DNS-rebinding protection);
+    /// repeatable.
+    #[arg(
+        long = "allowed-host",
+        env = "RUNBOX_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub(crate) allowed_hosts: Vec<String>,
+
+    /// Browser Origin accepted on HTTP (scheme://host:port); repeatable.
+    #[arg(
+        long = "allowed-origin",
+        env = "RUNBOX_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub(crate) allowed_origins: Vec<String>,
+
+    /// Fresh sandboxes kept ready with a Python kernel started [default: 2].
+    #[arg(long, env = "RUNBOX_POOL")]
+    pub(crate) pool: Option<usize>,
+
+    /// Most sandboxes alive at once, pool excluded [default: 50].
+    #[arg(long, env = "RUNBOX_MAX_SANDBOXES")]
+    pub(crate) max_sandboxes: Option<usize>,
+
+    /// Idle life of a sandbox in seconds when its creator gives none [default: 900].
+    #[arg(long, env = "RUNBOX_SANDBOX_TIMEOUT")]
+    pub(crate) sandbox_timeout: Option<f64>,
+
+    /// Longest idle life a creator may ask for, in seconds [default: 86400].
+    #[arg(long, env = "RUNBOX_MAX_SANDBOX_TIMEOUT")]
+    pub(crate) max_sandbox_timeout: Option<f64>,
+
+    /// A run's timeout in seconds when the caller gives none [default: 60].
+    #[arg(long, env = "RUNBOX_RUN_TIMEOUT")]
+    pub(crate) run_timeout: Option<f64>,
+
+    /// Longest run timeout a caller may ask for, in seconds [default: 600].
+    #[arg(long, env = "RUNBOX_MAX_RUN_TIMEOUT")]
+    pub(crate) max_run_timeout: Option<f64>,
+
+    /// Memory of a sandbox in MiB, files in /workspace and /tmp included [default: 1024].
+    #[arg(long, env = "RUNBOX_MEMORY_MB")]
+    pub(crate) memory_mb: Option<u64>,
+
+    /// Processes per sandbox [default: 256].
+    #[arg(long, env = "RUNBOX_PIDS")]
+    pub(crate) pids: Option<u32>,
+
+    /// CPU per sandbox, in cores [default: 1].
+    #[arg(long, env = "RUNBOX_CPUS")]
+    pub(crate) cpus: Option<f64>,
+
+    /// Size of /workspace in MiB [default: 512].
+    #[arg(long, env = "RUNBOX_WORKSPACE_MB")]
+    pub(crate) workspace_mb: Option<u64>,
+
+    /// Output kept per stream per run, in bytes [default: 100000].
+    #[arg(long, env = "RUNBOX_OUTPUT_LIMIT")]
+    pub(crate) output_limit: Option<usize>,
+
+    #[command(flatten)]
+    pub(crate) engine: EngineArgs,
+}
+
+/// The config file: the same settings, snake_case.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    stdio: Option<bool>,
+    http: Option<SocketAddr>,
+    insecure_public: Option<bool>,
+    allowed_hosts: Option<Vec<String>>,
+    allowed_origins: Option<Vec<String>>,
+    pool: Option<usize>,
+    max_sandboxes: Option<usize>,
+    sandbox_timeout: Option<f64>,
+    max_sandbox_timeout: Option<f64>,
+    run_timeout: Option<f64>,
+    max_run_timeout: Option<f64>,
+    limits: Option<Limits>,
+    python: Option<PathBuf>,
+    node: Option<PathBuf>,
+    bash: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    cgroup_parent: Option<PathBuf>,
+}
+
+/// Where MCP is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Transport {
+    Stdio,
+    Http(SocketAddr),
+}
+
+/// The validated configuration of `runbox serve`.
+#[derive(Debug, Clone)]
+pub(crate) struct ServeConfig {
+    pub(crate) transport: Transport,
+    pub(crate) allowed_hosts: Vec<String>,
+    pub(crate) allowed_origins: Vec<String>,
+    pub(crate) pool: usize,
+    pub(crate) max_sandboxes: usize,
+    pub(crate) sandbox_timeout: Duration,
+    pub(crate) max_sandbox_timeout: Duration,
+    pub(crate) run_timeout: Duration,
+    pub(crate) max_run_timeout: Duration,
+    pub(crate) limits: Limits,
+    pub(crate) engine: EngineArgs,
+}
+
+/// Longest timeout of any kind: one day.
+const MAX_SECONDS: f64 = 86_400.0;
+
+fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
+    if !(v.is_finite() && v > 0.0 && v <= MAX_SECONDS) {
+        bail!("{name} must be more than 0 and at most {MAX_SECONDS} seconds, got {v}");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+impl ServeConfig {
+    /// Merges flags over the file over defaults, and checks the result.
+    pub(crate) fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let transport = if args.stdio {
+            Transport::Stdio
+        } else if let Some(addr) = args.http {
+            Transport::Http(addr)
+        } else if let Some(addr) = file.http {
+            Transport::Http(addr)
+        } else if file.stdio == Some(true) {
+            Transport::Stdio
+        } else {
+            bail!("choose a transport: --stdio, or --http ADDR (such as 127.0.0.1:8000)");
+        };
+        let insecure = args.insecure_public || file.insecure_public.unwrap_or(false);
+        if let Transport::Http(addr) = transport
+            && !addr.ip().is_loopback()
+            && !insecure
+        {
+            bail!(
+                "refusing to serve on {addr}: runbox has no authentication yet, so anyone who can reach \
+                 this address could run code. Bind a loopback address (127.0.0.1:PORT), or pass \
+                 --insecure-public if every client that can reach it is trusted"
+            );
+        }
+
+        let mut limits = file.limits.unwrap_or_default();
+        if let Some(v) = args.memory_mb {
+            limits.memory_mb = v;
+        }
+        if let Some(v) = args.pids {
+            limits.pids = v;
+        }
+        if let Some(v) = args.cpus {
+            limits.cpus = v;
+        }
+        if let Some(v) = args.workspace_mb {
+            limits.workspace_mb = v;
+        }
+        if let Some(v) = args.output_limit {
+            limits.output_bytes = v;
+        }
+        limits.validate()?;
+
+        let pick =
+            |flag: Option<f64>, file: Option<f64>, default: f64| flag.or(file).unwrap_or(default);
+        let run_timeout = secs(
+            "run_timeout",
+            pick(args.run_timeout, file.run_timeout, 60.0),
+        )?;
+        let max_run_timeout = secs(
+            "max_run_timeout",
+            pick(args.max_run_timeout, file.max_run_timeout, 600.0),
+        )?;
+        if run_timeout > max_run_timeout {
+            bail!("run_timeout ({run_timeout:?}) exceeds max_run_timeout ({max_run_timeout:?})");
+        }
+        let sandbox_timeout = secs(
+            "sandbox_timeout",
+            pick(args.sandbox_timeout, file.sandbox_timeout, 900.0),
+        )?;
+        let max_sandbox_timeout = secs(
+            "max_sandbox_timeout",
+            pick(
+                args.max_sandbox_timeout,
+                file.max_sandbox_timeout,
+                MAX_SECONDS,
+            ),
+        )?;
+        if sandbox_timeout > max_sandbox_timeout {
+            bail!(
+                "sandbox_timeout ({sandbox_timeout:?}) exceeds max_sandbox_timeout ({max_sandbox_timeout:?})"
+            );
+        }
+        let max_sandboxes = args.max_sandboxes.or(file.max_sandboxes).unwrap_or(50);
+        if !(1..=10_000).contains(&max_sandboxes) {
+            bail!("max_sandboxes must be between 1 and 10000, got {max_sandboxes}");
+        }
+        let pool = args.pool.or(file.pool).unwrap_or(2);
+        if pool > 64 {
+            bail!("pool must be at most 64, got {pool}");
+        }
+
+        let mut allowed_hosts = vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "::1".to_owned(),
+        ];
+        allowed_hosts.extend(file.allowed_hosts.unwrap_or_default());
+        allowed_hosts.extend(args.allowed_hosts);
+        allowed_hosts.dedup();
+        let mut allowed_origins = file.allowed_origins.unwrap_or_default();
+        allowed_origins.extend(args.allowed_origins);
+
+        let mut engine = args.engine;
+        engine.python = engine.python.or(file.python);
+        engine.node = engine.node.or(file.node);
+        engine.bash = engine.bash.or(file.bash);
+        engine.state_dir = engine.state_dir.or(file.state_dir);
+        engine.cgroup_parent = engine.cgroup_parent.or(file.cgroup_parent);
+
+        Ok(Self {
+            transport,
+            allowed_hosts,
+            allowed_origins,
+            pool,
+            max_sandboxes,
+            sandbox_timeout,
+            max_sandbox_timeout,
+            run_timeout,
+            max_run_timeout,
+            limits,
+            engine,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("in {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn resolve(argv: &[&str]) -> anyhow::Result<ServeConfig> {
+        let w = Wrapper::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
+        ServeConfig::resolve(w.args)
+    }
+
+    #[test]
+    fn a_transport_is_required() {
+        let e = resolve(&[]).unwrap_err().to_string();
+        assert!(e.contains("--stdio"), "{e}");
+        assert_eq!(resolve(&["--stdio"]).unwrap().transport, Transport::Stdio);
+    }
+
+    #[test]
+    fn public_binding_needs_the_insecure_flag() {
+        let e = resolve(&["--http", "0.0.0.0:8000"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--insecure-public"), "{e}");
+        assert!(resolve(&["--http", "0.0.0.0:8000", "--insecure-public"]).is_ok());
+        assert!(resolve(&["--http", "127.0.0.1:8000"]).is_ok());
+        assert!(resolve(&["--http", "[::1]:8000"]).is_ok());
+    }
+
+    #[test]
+    fn timeouts_and_limits_are_checked() {
+        let e = resolve(&["--stdio", "--run-timeout", "700"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_run_timeout"), "{e}");
+        let e = resolve(&["--stdio", "--memory-mb", "4"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("memory_mb"), "{e}");
+        let e = resolve(&["--stdio", "--max-sandboxes", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_sandboxes"), "{e}");
+        let c = resolve(&["--stdio", "--run-timeout", "5", "--max-run-timeout", "10"]).unwrap();
+        assert_eq!(c.run_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_file_fills_what_flags_leave_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(
+            &path,
+            "http = \"127.0.0.1:9000\"\npool = 0\nrun_timeout = 30\n[limits]\nmemory_mb = 256\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let c = resolve(&["--config", p]).unwrap();
+        assert_eq!(
+            c.transport,
+            Transport::Http("127.0.0.1:9000".parse().unwrap())
+        );
+        assert_eq!(c.pool, 0);
+        assert_eq!(c.run_timeout, Duration::from_secs(30));
+        assert_eq!(c.limits.memory_mb, 256);
+        // A flag wins over the file.
+        let c = resolve(&["--config", p, "--memory-mb", "512", "--stdio"]).unwrap();
+        assert_eq!(c.limits.memory_mb, 512);
+        assert_eq!(c.transport, Transport::Stdio);
+        // A typo in the file is an error naming it.
+        std::fs::write(&path, "memroy_mb = 5\n").unwrap();
+        let e = format!("{:#}", resolve(&["--config", p, "--stdio"]).unwrap_err());
+        assert!(e.contains("memroy_mb"), "{e}");
+    }
+}

@@ -1,0 +1,708 @@
+//! `runbox serve` end to end through a real rmcp client: over stdio and streamable HTTP, with
+//! both protocol revisions (2025-11-25 `initialize`, 2026-07-28 `server/discover`), every
+//! tool, state, errors, timeouts, output caps, expiry, progress, cancellation and shutdown.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod util;
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam,
+    ProtocolVersion, ServerResult,
+};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RunningService,
+};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+use util::*;
+
+/// A client that records the progress notifications it receives.
+#[derive(Clone, Default)]
+struct Recorder {
+    progress: Arc<Mutex<Vec<(Instant, ProgressNotificationParam)>>>,
+}
+
+impl ClientHandler for Recorder {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push((Instant::now(), params));
+    }
+}
+
+type Client = RunningService<RoleClient, Recorder>;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Revision {
+    Legacy,
+    Stateless,
+}
+
+fn lifecycle(r: Revision) -> ClientLifecycleMode {
+    match r {
+        Revision::Legacy => ClientLifecycleMode::Initialize,
+        Revision::Stateless => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    }
+}
+
+fn serve_command(args: &[&str]) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(runbox_exe());
+    c.arg("serve")
+        .args(args)
+        .env("RUNBOX_INIT_EXE", runbox_exe())
+        .env("RUNBOX_LOG", "warn");
+    if let Some(p) = std::env::var_os("RUNBOX_CGROUP_PARENT") {
+        c.env("RUNBOX_CGROUP_PARENT", p);
+    }
+    c
+}
+
+async fn stdio_client(args: &[&str], revision: Revision) -> (Client, Recorder) {
+    let mut all = vec!["--stdio"];
+    all.extend_from_slice(args);
+    let transport = TokioChildProcess::builder(serve_command(&all))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+        .0;
+    let recorder = Recorder::default();
+    let client = recorder
+        .clone()
+        .serve_with_lifecycle(transport, lifecycle(revision))
+        .await
+        .unwrap();
+    (client, recorder)
+}
+
+/// A running `runbox serve --http` on a free loopback port.
+struct HttpServer {
+    child: tokio::process::Child,
+    url: String,
+    base: String,
+}
+
+impl HttpServer {
+    async fn start(args: &[&str]) -> Self {
+        let mut all = vec!["--http", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let mut child = serve_command(&all)
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+                .await
+                .expect("server did not start")
+                .unwrap()
+                .expect("server exited");
+            if let Some(rest) = line.strip_prefix("runbox: serving MCP on ") {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+            eprintln!("server: {line}");
+        };
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("server: {line}");
+            }
+        });
+        let base = url.trim_end_matches("/mcp").to_owned();
+        Self { child, url, base }
+    }
+
+    async fn client(&self, revision: Revision) -> (Client, Recorder) {
+        let recorder = Recorder::default();
+        let transport = StreamableHttpClientTransport::from_uri(self.url.clone());
+        let client = recorder
+            .clone()
+            .serve_with_lifecycle(transport, lifecycle(revision))
+            .await
+            .unwrap();
+        (client, recorder)
+    }
+
+    async fn stop(mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+}
+
+async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
+    let params = CallToolRequestParams::new(tool.to_owned())
+        .with_arguments(args.as_object().unwrap().clone());
+    client.call_tool(params).await.unwrap()
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .collect()
+}
+
+fn structured(r: &CallToolResult) -> Value {
+    r.structured_content.clone().unwrap_or(Value::Null)
+}
+
+fn is_error(r: &CallToolResult) -> bool {
+    r.is_error == Some(true)
+}
+
+const TOOLS: [&str; 6] = [
+    "close_sandbox",
+    "create_sandbox",
+    "get_sandbox_status",
+    "list_sandboxes",
+    "run_code",
+    "run_command",
+];
+
+/// Every tool, state across calls, and the errors a caller can act on.
+async fn core_flow(client: &Client, revision: Revision) {
+    let info = client.peer_info().expect("negotiated");
+    let expected = match revision {
+        Revision::Legacy => ProtocolVersion::V_2025_11_25,
+        Revision::Stateless => ProtocolVersion::V_2026_07_28,
+    };
+    assert_eq!(info.protocol_version, expected);
+
+    let tools = client.list_all_tools().await.unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort();
+    assert_eq!(names, TOOLS);
+    for t in &tools {
+        assert!(t.output_schema.is_some(), "{} has no outputSchema", t.name);
+        let a = t
+            .annotations
+            .as_ref()
+            .unwrap_or_else(|| panic!("{} has no annotations", t.name));
+        let read_only = matches!(t.name.as_ref(), "list_sandboxes" | "get_sandbox_status");
+        assert_eq!(a.read_only_hint, Some(read_only), "{}", t.name);
+        assert!(t.description.as_ref().is_some_and(|d| d.len() > 20));
+    }
+
+    // create, then state across calls
+    let r = call(
+        client,
+        "create_sandbox",
+        json!({"timeout_seconds": 300, "metadata": {"task": "test"}, "env": {"GREETING": "hi"}}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let s = structured(&r);
+    let id = s["sandbox_id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("sbx_") && id.len() > 30);
+    assert_eq!(s["timeout_seconds"], 300.0);
+    assert_eq!(s["network"], "none");
+    assert!(
+        s["languages"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("python"))
+    );
+    assert!(s["expires_at"].as_str().unwrap().ends_with('Z'));
+
+    let r = call(
+        client,
+        "run_code",
+        json!({"sandbox_id": id, "code": "import os\nx = 41\nos.environ['GREETING']"}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    assert_eq!(structured(&r)["results"][0]["data"]["text/plain"], "'hi'");
+    let r = call(
+        client,
+        "run_code",
+        json!({"sandbox_id": id, "code": "print('x is', x)\nx + 1"}),
+    )
+    .await;
+    let s = structured(&r);
+    assert_eq!(s["stdout"], "x is 41\n");
+    assert_eq!(s["results"][0]["data"]["text/plain"], "42");
+    assert_eq!(s["ephemeral"], false);
+    assert!(text(&r).contains("42"));
+    let r = call(
+        client,
+        "run_code",
+        json!({"sandbox_id": id, "language": "javascript", "code": "let y = 2; y * 21"}),
+    )
+    .await;
+    assert_eq!(
+        structured(&r)["results"][0]["data"]["text/plain"],
+        "42",
+        "{}",
+        text(&r)
+    );
+    let r = call(client, "run_code", json!({"sandbox_id": id, "language": "bash", "code": "cd /tmp && export K=v && echo bash-ok"})).await;
+    assert_eq!(structured(&r)["stdout"], "bash-ok\n");
+    let r = call(
+        client,
+        "run_code",
+        json!({"sandbox_id": id, "language": "bash", "code": "pwd; echo $K"}),
+    )
+    .await;
+    assert_eq!(structured(&r)["stdout"], "/tmp\nv\n");
+
+    // run_command: fresh shell, cwd and env per call, exit status
+    let r = call(client, "run_command", json!({"sandbox_id": id, "command": "mkdir -p /workspace/sub && cd /workspace/sub && pwd && echo $A", "env": {"A": "b"}})).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    assert_eq!(structured(&r)["stdout"], "/workspace/sub\nb\n");
+    let r = call(
+        client,
+        "run_command",
+        json!({"sandbox_id": id, "command": "pwd; exit 3", "cwd": "/workspace/sub"}),
+    )
+    .await;
+    assert!(is_error(&r));
+    assert_eq!(structured(&r)["exit_code"], 3);
+    assert_eq!(structured(&r)["stdout"], "/workspace/sub\n");
+    let r = call(
+        client,
+        "run_command",
+        json!({"sandbox_id": id, "command": "true", "cwd": "/nope"}),
+    )
+    .await;
+    assert!(is_error(&r) && text(&r).contains("/nope"), "{}", text(&r));
+
+    // status and list
+    let r = call(client, "get_sandbox_status", json!({"sandbox_id": id})).await;
+    let s = structured(&r);
+    assert_eq!(s["state"], "running");
+    assert!(s["kernels"].as_array().unwrap().contains(&json!("python")));
+    assert!(s["memory_limit_bytes"].as_i64().unwrap() > 0);
+    assert!(s["created_at"].is_string() && s["expires_at"].is_string());
+    if s["memory_bytes"].is_number() {
+        assert!(s["memory_bytes"].as_i64().unwrap() > 0);
+        assert!(s["processes"].as_i64().unwrap() >= 2);
+    }
+    let r = call(client, "list_sandboxes", json!({})).await;
+    let listed = structured(&r)["sandboxes"].as_array().unwrap().clone();
+    assert!(
+        listed
+            .iter()
+            .any(|x| x["sandbox_id"] == id.as_str() && x["metadata"]["task"] == "test")
+    );
+
+    // errors the caller can act on
+    let r = call(client, "run_code", json!({"sandbox_id": id, "code": "1/0"})).await;
+    assert!(is_error(&r));
+    assert_eq!(structured(&r)["error"]["name"], "ZeroDivisionError");
+    let r = call(
+        client,
+        "run_code",
+        json!({"sandbox_id": id, "code": "import time\ntime.sleep(30)", "timeout_seconds": 1}),
+    )
+    .await;
+    assert!(is_error(&r));
+    assert_eq!(structured(&r)["timed_out"], true);
+    assert!(text(&r).contains("timeout"), "{}", text(&r));
+    let r = call(client, "run_code", json!({"sandbox_id": id, "code": "x"})).await;
+    assert_eq!(
+        structured(&r)["results"][0]["data"]["text/plain"],
+        "41",
+        "state survives a timeout"
+    );
+    let r = call(
+        client,
+        "run_code",
+        json!({"code": "1", "language": "cobol"}),
+    )
+    .await;
+    assert!(is_error(&r) && text(&r).contains("cobol"), "{}", text(&r));
+    let r = call(client, "run_code", json!({"language": "python"})).await;
+    assert!(is_error(&r) && text(&r).contains("code"), "{}", text(&r));
+    let r = call(
+        client,
+        "run_code",
+        json!({"code": "1", "timeout_seconds": 100000}),
+    )
+    .await;
+    assert!(is_error(&r) && text(&r).contains("maximum"), "{}", text(&r));
+    let r = call(
+        client,
+        "run_code",
+        json!({"code": "1", "sandbox_typo": "x"}),
+    )
+    .await;
+    assert!(
+        is_error(&r) && text(&r).contains("sandbox_typo"),
+        "{}",
+        text(&r)
+    );
+
+    // close, then the id is gone with a message that says what to do
+    let r = call(client, "close_sandbox", json!({"sandbox_id": id})).await;
+    assert!(!is_error(&r));
+    assert_eq!(structured(&r)["closed"], true);
+    let r = call(client, "run_code", json!({"sandbox_id": id, "code": "1"})).await;
+    assert!(is_error(&r));
+    assert!(text(&r).contains("create_sandbox"), "{}", text(&r));
+    let r = call(
+        client,
+        "get_sandbox_status",
+        json!({"sandbox_id": "sbx_never"}),
+    )
+    .await;
+    assert!(is_error(&r) && text(&r).contains("sbx_never"));
+
+    // one-shot: a fresh sandbox, closed afterwards
+    let r = call(
+        client,
+        "run_code",
+        json!({"code": "import socket\nsocket.gethostname()"}),
+    )
+    .await;
+    let s = structured(&r);
+    assert_eq!(s["ephemeral"], true);
+    assert_eq!(s["results"][0]["data"]["text/plain"], "'sandbox'");
+    let one_shot = s["sandbox_id"].as_str().unwrap().to_owned();
+    let r = call(
+        client,
+        "run_code",
+        json!({"sandbox_id": one_shot, "code": "1"}),
+    )
+    .await;
+    assert!(is_error(&r), "a one-shot sandbox must not stay reachable");
+    let r = call(
+        client,
+        "run_command",
+        json!({"command": "echo once; uname -s"}),
+    )
+    .await;
+    assert_eq!(structured(&r)["stdout"], "once\nLinux\n");
+}
+
+#[tokio::test]
+async fn stdio_legacy_revision_core_flow() {
+    let (client, _) = stdio_client(&["--pool", "1"], Revision::Legacy).await;
+    core_flow(&client, Revision::Legacy).await;
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn stdio_stateless_revision_core_flow() {
+    let (client, _) = stdio_client(&["--pool", "0"], Revision::Stateless).await;
+    core_flow(&client, Revision::Stateless).await;
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn http_both_revisions_core_flow() {
+    let server = HttpServer::start(&["--pool", "1"]).await;
+    for revision in [Revision::Legacy, Revision::Stateless] {
+        let (client, _) = server.client(revision).await;
+        core_flow(&client, revision).await;
+        client.cancel().await.unwrap();
+    }
+    let health: Value = reqwest_get_json(&format!("{}/healthz", server.base)).await;
+    assert_eq!(health["status"], "ok");
+    assert!(server.stop().await.success());
+}
+
+async fn reqwest_get_json(url: &str) -> Value {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sf", url])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "GET {url} failed");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A sandbox id works across separate clients and HTTP sessions: it is not tied to one.
+#[tokio::test]
+async fn sandboxes_outlive_the_session_that_made_them() {
+    let server = HttpServer::start(&["--pool", "0"]).await;
+    let (a, _) = server.client(Revision::Legacy).await;
+    let r = call(&a, "create_sandbox", json!({})).await;
+    let id = structured(&r)["sandbox_id"].as_str().unwrap().to_owned();
+    call(
+        &a,
+        "run_code",
+        json!({"sandbox_id": id, "code": "kept = 'across sessions'"}),
+    )
+    .await;
+    a.cancel().await.unwrap();
+    let (b, _) = server.client(Revision::Stateless).await;
+    let r = call(&b, "run_code", json!({"sandbox_id": id, "code": "kept"})).await;
+    assert_eq!(
+        structured(&r)["results"][0]["data"]["text/plain"],
+        "'across sessions'"
+    );
+    b.cancel().await.unwrap();
+    assert!(server.stop().await.success());
+}
+
+#[tokio::test]
+async fn output_is_capped() {
+    let (client, _) = stdio_client(
+        &["--pool", "0", "--output-limit", "4000"],
+        Revision::Stateless,
+    )
+    .await;
+    let r = call(
+        &client,
+        "run_code",
+        json!({"code": "print('A' * 100000)\nprint('END')"}),
+    )
+    .await;
+    let s = structured(&r);
+    assert_eq!(s["truncated"], true);
+    let out = s["stdout"].as_str().unwrap();
+    assert!(out.len() < 4200 && out.ends_with("END\n"), "{}", out.len());
+    assert!(out.contains("bytes of output truncated"));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn idle_sandboxes_expire() {
+    let (client, _) = stdio_client(
+        &["--pool", "0", "--sandbox-timeout", "1"],
+        Revision::Stateless,
+    )
+    .await;
+    let r = call(&client, "create_sandbox", json!({})).await;
+    let id = structured(&r)["sandbox_id"].as_str().unwrap().to_owned();
+    let r = call(&client, "create_sandbox", json!({"timeout_seconds": 60})).await;
+    let kept = structured(&r)["sandbox_id"].as_str().unwrap().to_owned();
+    // A run longer than the idle timeout does not expire it: the clock runs only when idle.
+    let r = call(
+        &client,
+        "run_code",
+        json!({"sandbox_id": id, "code": "import time\ntime.sleep(2)\n'survived'"}),
+    )
+    .await;
+    assert_eq!(
+        structured(&r)["results"][0]["data"]["text/plain"],
+        "'survived'",
+        "{}",
+        text(&r)
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let r = call(&client, "get_sandbox_status", json!({"sandbox_id": id})).await;
+    assert!(is_error(&r), "idle sandbox did not expire: {}", text(&r));
+    let r = call(&client, "list_sandboxes", json!({})).await;
+    let ids: Vec<Value> = structured(&r)["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sandbox_id"].clone())
+        .collect();
+    assert_eq!(ids, vec![json!(kept)]);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn output_streams_as_progress_notifications() {
+    let (client, recorder) = stdio_client(&["--pool", "0"], Revision::Legacy).await;
+    let params = CallToolRequestParams::new("run_code").with_arguments(
+        json!({"code": "import time, sys\nprint('step one', flush=True)\ntime.sleep(1.5)\nprint('warn', file=sys.stderr)\nprint('step two')"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let handle = client
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params)),
+            PeerRequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    let result = handle.await_response().await.unwrap();
+    let done = Instant::now();
+    let ServerResult::CallToolResult(result) = result else {
+        panic!("unexpected {result:?}")
+    };
+    assert_eq!(structured(&result)["stdout"], "step one\nstep two\n");
+    let seen = recorder.progress.lock().unwrap().clone();
+    let messages: Vec<String> = seen.iter().filter_map(|(_, p)| p.message.clone()).collect();
+    let all = messages.concat();
+    assert!(
+        all.contains("step one") && all.contains("step two"),
+        "{messages:?}"
+    );
+    assert!(all.contains("[stderr] warn"), "{messages:?}");
+    let first = seen
+        .iter()
+        .find(|(_, p)| p.message.as_deref().is_some_and(|m| m.contains("step one")))
+        .unwrap();
+    assert!(
+        done.duration_since(first.0) > Duration::from_millis(800),
+        "progress was not live"
+    );
+    let values: Vec<f64> = seen.iter().map(|(_, p)| p.progress).collect();
+    assert!(
+        values.windows(2).all(|w| w[1] > w[0]),
+        "progress must increase: {values:?}"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancellation_interrupts_the_run() {
+    for revision in [Revision::Legacy, Revision::Stateless] {
+        let (client, _) = stdio_client(&["--pool", "0"], revision).await;
+        let r = call(&client, "create_sandbox", json!({})).await;
+        let id = structured(&r)["sandbox_id"].as_str().unwrap().to_owned();
+        call(
+            &client,
+            "run_code",
+            json!({"sandbox_id": id, "code": "state = 'intact'"}),
+        )
+        .await;
+        let params = CallToolRequestParams::new("run_code").with_arguments(
+            json!({"sandbox_id": id, "code": "import time\nwhile True:\n    time.sleep(0.05)"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        let handle = client
+            .send_cancellable_request(
+                ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params)),
+                PeerRequestOptions::default(),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let t = Instant::now();
+        handle.cancel(Some("test".into())).await.unwrap();
+        // The kernel is free again at once (the run was interrupted), with its state.
+        let r = call(
+            &client,
+            "run_code",
+            json!({"sandbox_id": id, "code": "state"}),
+        )
+        .await;
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        assert_eq!(
+            structured(&r)["results"][0]["data"]["text/plain"],
+            "'intact'",
+            "{revision:?}: {}",
+            text(&r)
+        );
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn stdio_shutdown_at_end_of_input_leaves_nothing() {
+    let tag = canary("stdio-shutdown");
+    let (client, _) = stdio_client(&["--pool", "1"], Revision::Legacy).await;
+    let r = call(&client, "create_sandbox", json!({})).await;
+    let id = structured(&r)["sandbox_id"].as_str().unwrap().to_owned();
+    call(&client, "run_command", json!({"sandbox_id": id, "command": format!("(trap '' TERM HUP; exec -a {tag} sleep 1000 &)")})).await;
+    assert_eq!(host_processes_with(&tag).len(), 1);
+    // Closing the client closes the server's stdin; the server closes every sandbox and exits.
+    client.cancel().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !host_processes_with(&tag).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(host_processes_with(&tag), Vec::<i32>::new());
+}
+
+#[tokio::test]
+async fn sigterm_closes_every_sandbox_and_exits_cleanly() {
+    let tag = canary("sigterm");
+    let server = HttpServer::start(&["--pool", "2"]).await;
+    let (client, _) = server.client(Revision::Stateless).await;
+    for _ in 0..2 {
+        let r = call(&client, "create_sandbox", json!({})).await;
+        let id = structured(&r)["sandbox_id"].as_str().unwrap().to_owned();
+        call(
+            &client,
+            "run_command",
+            json!({"sandbox_id": id, "command": format!("(exec -a {tag} sleep 1000 &)")}),
+        )
+        .await;
+    }
+    assert_eq!(host_processes_with(&tag).len(), 2);
+    let status = server.stop().await;
+    assert!(status.success(), "{status:?}");
+    assert_eq!(host_processes_with(&tag), Vec::<i32>::new());
+    // Nor any sandbox init (pooled sandboxes included).
+    assert_eq!(
+        host_processes_with("__sandbox-init")
+            .iter()
+            .filter(|p| is_child_of_dead_server(**p))
+            .count(),
+        0
+    );
+}
+
+/// Inits whose parent chain no longer exists would be orphans; live ones belong to other tests.
+fn is_child_of_dead_server(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let ppid: i32 = stat
+        .rsplit(')')
+        .next()
+        .and_then(|r| r.split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    ppid == 1
+}
+
+#[tokio::test]
+async fn http_refuses_foreign_host_headers() {
+    let server = HttpServer::start(&["--pool", "0"]).await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let status = |host: &'static str| {
+        let url = server.url.clone();
+        async move {
+            let out = tokio::process::Command::new("curl")
+                .args([
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "-H",
+                    &format!("Host: {host}"),
+                    "-H",
+                    "Content-Type: application/json",
+                    "-H",
+                    "Accept: application/json, text/event-stream",
+                    "-d",
+                    body,
+                    &url,
+                ])
+                .output()
+                .await
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
+    assert_eq!(status("attacker.example").await, "403");
+    assert_eq!(status("localhost").await, "200");
+    assert!(server.stop().await.success());
+}
+
+#[tokio::test]
+async fn bad_configuration_is_refused_at_start() {
+    for (args, needle) in [
+        (vec!["--http", "0.0.0.0:0"], "--insecure-public"),
+        (vec!["--stdio", "--run-timeout", "900"], "max_run_timeout"),
+        (vec![], "--stdio"),
+    ] {
+        let out = serve_command(&args).output().await.unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
