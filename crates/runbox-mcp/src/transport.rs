@@ -78,6 +78,21 @@ async fn healthz(State(server): State<RunboxServer>) -> Json<serde_json::Value> 
     }))
 }
 
+/// Ending a session (`DELETE /mcp`) answers `204 No Content` rather than rmcp's `202`:
+/// nothing is pending after a deletion, and the Python SDK reports 202 as a failed
+/// termination.
+async fn session_end_is_no_content(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let deleting = req.method() == axum::http::Method::DELETE;
+    let mut response = next.run(req).await;
+    if deleting && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+    }
+    response
+}
+
 /// The HTTP application: `/mcp` and `/healthz`.
 pub fn http_app(
     server: RunboxServer,
@@ -99,6 +114,7 @@ pub fn http_app(
         .route("/healthz", get(healthz))
         .with_state(server)
         .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(session_end_is_no_content))
 }
 
 /// Serves `app` on `listener` until `shutdown` fires, then finishes the requests in flight.
