@@ -1,0 +1,241 @@
+//! The MCP server's latency and throughput through a real rmcp client, with plain
+//! `python3 -c 'print(1)'` timed in the same run: `cargo bench -p runbox --bench mcp`.
+//!
+//! `RUNBOX_BENCH_N` sets the iterations (default 200 for round trips, a tenth of that for
+//! one-shot runs).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rmcp::RoleClient;
+use rmcp::model::{CallToolRequestParams, ProtocolVersion};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+type Client = RunningService<RoleClient, ()>;
+
+const EXE: &str = env!("CARGO_BIN_EXE_runbox");
+
+fn stats(mut v: Vec<Duration>) -> (f64, f64) {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    (
+        ms(v[v.len() / 2]),
+        ms(v[((v.len() as f64 * 0.95).ceil() as usize).min(v.len()) - 1]),
+    )
+}
+
+fn command(args: &[&str]) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(EXE);
+    c.arg("serve")
+        .args(args)
+        .env("RUNBOX_INIT_EXE", EXE)
+        .env("RUNBOX_LOG", "error");
+    c
+}
+
+fn modern() -> ClientLifecycleMode {
+    ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    }
+}
+
+async fn stdio(args: &[&str]) -> Client {
+    let mut all = vec!["--stdio"];
+    all.extend_from_slice(args);
+    let t = TokioChildProcess::builder(command(&all))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+        .0;
+    ().serve_with_lifecycle(t, modern()).await.unwrap()
+}
+
+async fn http_server(args: &[&str]) -> (tokio::process::Child, String) {
+    let mut all = vec!["--http", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    let mut child = command(&all)
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    loop {
+        let line = lines.next_line().await.unwrap().expect("server exited");
+        if let Some(rest) = line.strip_prefix("runbox: serving MCP on ") {
+            return (child, rest.split_whitespace().next().unwrap().to_owned());
+        }
+    }
+}
+
+async fn http(url: &str, mode: ClientLifecycleMode) -> Client {
+    ().serve_with_lifecycle(
+        StreamableHttpClientTransport::from_uri(url.to_owned()),
+        mode,
+    )
+    .await
+    .unwrap()
+}
+
+async fn call(client: &Client, tool: &str, args: Value) -> Value {
+    let p = CallToolRequestParams::new(tool.to_owned())
+        .with_arguments(args.as_object().unwrap().clone());
+    let r = client.call_tool(p).await.unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    r.structured_content.unwrap()
+}
+
+async fn warm_round_trips(client: &Client, n: usize) -> Vec<Duration> {
+    let id = call(client, "create_sandbox", json!({})).await["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let args = json!({"sandbox_id": id, "code": "print(1)"});
+    for _ in 0..5 {
+        call(client, "run_code", args.clone()).await;
+    }
+    let mut t = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let out = call(client, "run_code", args.clone()).await;
+        t.push(start.elapsed());
+        assert_eq!(out["stdout"], "1\n");
+    }
+    call(client, "close_sandbox", json!({"sandbox_id": id})).await;
+    t
+}
+
+async fn one_shots(client: &Client, n: usize, pause: Duration) -> Vec<Duration> {
+    let mut t = Vec::with_capacity(n);
+    for _ in 0..n {
+        // Not timed: lets a pool refill between runs, as between a person's requests.
+        tokio::time::sleep(pause).await;
+        let start = Instant::now();
+        let out = call(client, "run_code", json!({"code": "print(1)"})).await;
+        t.push(start.elapsed());
+        assert_eq!(out["stdout"], "1\n");
+    }
+    t
+}
+
+#[tokio::main]
+async fn main() {
+    let n: usize = std::env::var("RUNBOX_BENCH_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let one_shot_n = (n / 10).max(10);
+    let mut rows: Vec<(String, (f64, f64), String)> = Vec::new();
+
+    // The Python the sandboxes run, as `runbox doctor` would find it.
+    let python = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap();
+    let mut base = Vec::new();
+    for i in 0..(one_shot_n + 3) {
+        let start = Instant::now();
+        assert!(
+            std::process::Command::new(&python)
+                .args(["-c", "print(1)"])
+                .stdout(Stdio::null())
+                .status()
+                .unwrap()
+                .success()
+        );
+        if i >= 3 {
+            base.push(start.elapsed());
+        }
+    }
+    let base = stats(base);
+    rows.push((
+        format!("baseline: {python} -c 'print(1)'"),
+        base,
+        String::new(),
+    ));
+
+    let client = stdio(&["--pool", "0"]).await;
+    rows.push((
+        "warm run_code round trip, stdio".into(),
+        stats(warm_round_trips(&client, n).await),
+        "goal < 1 ms median".into(),
+    ));
+    let s = stats(one_shots(&client, one_shot_n, Duration::ZERO).await);
+    rows.push((
+        "one-shot run_code, no pool, stdio".into(),
+        s,
+        format!("{:.2}x baseline; goal <= 1.2x", s.0 / base.0),
+    ));
+    client.cancel().await.unwrap();
+
+    let client = stdio(&["--pool", "2"]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s = stats(one_shots(&client, one_shot_n, Duration::from_millis(400)).await);
+    rows.push((
+        "one-shot run_code, pool of 2, stdio".into(),
+        s,
+        format!("{:.2}x baseline; goal < 10 ms", s.0 / base.0),
+    ));
+    client.cancel().await.unwrap();
+
+    let (mut server, url) = http_server(&["--pool", "0", "--max-sandboxes", "20"]).await;
+    for (label, mode) in [
+        ("2026-07-28", modern()),
+        ("2025-11-25", ClientLifecycleMode::Initialize),
+    ] {
+        let client = http(&url, mode).await;
+        rows.push((
+            format!("warm run_code round trip, HTTP {label}"),
+            stats(warm_round_trips(&client, n).await),
+            String::new(),
+        ));
+        client.cancel().await.unwrap();
+    }
+
+    // Throughput: 8 clients, each with its own sandbox, calling as fast as they can.
+    let clients = 8;
+    let duration = Duration::from_secs(5);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let url = url.clone();
+        tasks.spawn(async move {
+            let client = http(&url, modern()).await;
+            let id = call(&client, "create_sandbox", json!({})).await["sandbox_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let args = json!({"sandbox_id": id, "code": "print(1)"});
+            call(&client, "run_code", args.clone()).await;
+            let start = Instant::now();
+            let mut done = 0u64;
+            while start.elapsed() < duration {
+                call(&client, "run_code", args.clone()).await;
+                done += 1;
+            }
+            call(&client, "close_sandbox", json!({"sandbox_id": id})).await;
+            client.cancel().await.unwrap();
+            done
+        });
+    }
+    let mut total = 0;
+    while let Some(r) = tasks.join_next().await {
+        total += r.unwrap();
+    }
+    let _ = server.start_kill();
+
+    println!("\nrunbox MCP server (release build), {n} round trips, {one_shot_n} one-shot runs");
+    println!("| measurement | median ms | p95 ms | note |");
+    println!("|---|---:|---:|---|");
+    for (name, (median, p95), note) in rows {
+        println!("| {name} | {median:.2} | {p95:.2} | {note} |");
+    }
+    println!(
+        "\nthroughput: {clients} concurrent HTTP clients (2026-07-28), each in its own sandbox: {:.0} run_code calls/s over {} s",
+        total as f64 / duration.as_secs_f64(),
+        duration.as_secs()
+    );
+}
