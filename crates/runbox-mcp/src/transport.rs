@@ -117,17 +117,29 @@ pub fn http_app(
         .layer(axum::middleware::from_fn(session_end_is_no_content))
 }
 
-/// Serves `app` on `listener` until `shutdown` fires, then finishes the requests in flight.
+/// How long requests in flight may take to finish once shutdown starts.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serves `app` on `listener` until `shutdown` fires, then gives the requests in flight
+/// [`SHUTDOWN_GRACE`] to finish (a client holding a connection open cannot keep the server
+/// up).
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     shutdown: CancellationToken,
 ) -> Result<(), TransportError> {
-    axum::serve(
+    let stop = shutdown.clone();
+    let server = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(async move { shutdown.cancelled().await })
-    .await?;
+    .with_graceful_shutdown(async move { stop.cancelled().await });
+    tokio::select! {
+        r = server => r?,
+        () = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::warn!("connections still open {SHUTDOWN_GRACE:?} after shutdown began; closing them"),
+    }
     Ok(())
 }
