@@ -73,10 +73,40 @@ impl std::fmt::Debug for RunboxServer {
     }
 }
 
+/// How often live output is sent as a progress notification, at most: output arriving in
+/// between is gathered into one message. A run that ends sooner sends none (its result
+/// carries the output), and a tight print loop cannot flood the client with messages.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Forwards live output to the client as progress notifications, when it asked for them.
 struct Progress {
     sink: Option<runbox_core::OutputSink>,
     forwarder: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Output gathered between two notifications; stderr is marked where it starts.
+#[derive(Default)]
+struct Gathered {
+    text: String,
+    last: Option<OutputStream>,
+}
+
+impl Gathered {
+    fn push(&mut self, chunk: OutputChunk) {
+        if chunk.stream == OutputStream::Stderr && self.last != Some(OutputStream::Stderr) {
+            if !self.text.is_empty() && !self.text.ends_with('\n') {
+                self.text.push('\n');
+            }
+            self.text.push_str("[stderr] ");
+        } else if chunk.stream == OutputStream::Stdout && self.last == Some(OutputStream::Stderr) {
+            if !self.text.ends_with('\n') {
+                self.text.push('\n');
+            }
+            self.text.push_str("[stdout] ");
+        }
+        self.text.push_str(&chunk.text);
+        self.last = Some(chunk.stream);
+    }
 }
 
 impl Progress {
@@ -90,17 +120,32 @@ impl Progress {
         let (tx, mut rx) = mpsc::unbounded_channel::<OutputChunk>();
         let peer = ctx.peer.clone();
         let forwarder = tokio::spawn(async move {
-            let mut n = 0.0;
-            while let Some(chunk) = rx.recv().await {
-                n += 1.0;
-                let message = match chunk.stream {
-                    OutputStream::Stdout => chunk.text,
-                    OutputStream::Stderr => format!("[stderr] {}", chunk.text),
+            let mut sent = 0.0;
+            let mut gathered = Gathered::default();
+            let mut next = tokio::time::Instant::now() + PROGRESS_INTERVAL;
+            loop {
+                let open = tokio::select! {
+                    chunk = rx.recv() => match chunk {
+                        Some(c) => { gathered.push(c); continue; }
+                        None => false,
+                    },
+                    () = tokio::time::sleep_until(next), if !gathered.text.is_empty() => true,
                 };
-                let param = ProgressNotificationParam::new(token.clone(), n).with_message(message);
-                if peer.notify_progress(param).await.is_err() {
+                // At the end, send what is left only if the client has been seeing output live.
+                if !gathered.text.is_empty() && (open || sent > 0.0) {
+                    sent += 1.0;
+                    let message = std::mem::take(&mut gathered.text);
+                    gathered.last = None;
+                    let param =
+                        ProgressNotificationParam::new(token.clone(), sent).with_message(message);
+                    if peer.notify_progress(param).await.is_err() {
+                        return;
+                    }
+                }
+                if !open {
                     return;
                 }
+                next = tokio::time::Instant::now() + PROGRESS_INTERVAL;
             }
         });
         let sink: runbox_core::OutputSink = Arc::new(move |chunk| {
@@ -446,5 +491,33 @@ impl ServerHandler for RunboxServer {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("runbox", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(stream: OutputStream, text: &str) -> OutputChunk {
+        OutputChunk { stream, text: text.to_owned() }
+    }
+
+    #[test]
+    fn gathered_output_marks_where_stderr_starts_and_stops() {
+        let mut g = Gathered::default();
+        g.push(chunk(OutputStream::Stdout, "a\n"));
+        g.push(chunk(OutputStream::Stdout, "b"));
+        g.push(chunk(OutputStream::Stderr, "oops\n"));
+        g.push(chunk(OutputStream::Stderr, "again\n"));
+        g.push(chunk(OutputStream::Stdout, "c\n"));
+        assert_eq!(g.text, "a\nb\n[stderr] oops\nagain\n[stdout] c\n");
+    }
+
+    #[test]
+    fn timeouts_are_checked_against_the_maximum() {
+        assert!(seconds(0.0, "t").is_err());
+        assert!(seconds(f64::NAN, "t").is_err());
+        assert!(seconds(-1.0, "t").is_err());
+        assert_eq!(seconds(1.5, "t").unwrap(), Duration::from_millis(1500));
     }
 }
