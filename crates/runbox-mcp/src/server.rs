@@ -499,7 +499,10 @@ mod tests {
     use super::*;
 
     fn chunk(stream: OutputStream, text: &str) -> OutputChunk {
-        OutputChunk { stream, text: text.to_owned() }
+        OutputChunk {
+            stream,
+            text: text.to_owned(),
+        }
     }
 
     #[test]
