@@ -28,5 +28,5 @@ pub use exec::{
     OutputSink, OutputStream, RichResult,
 };
 pub use limits::{Limits, LimitsError};
-pub use registry::{CreateRequest, Registry, RegistryConfig, SandboxView};
+pub use registry::{CreateRequest, Ran, Registry, RegistryConfig, SandboxView, Work};
 pub use sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};

@@ -59,6 +59,26 @@ pub struct CreateRequest {
     pub limits: Option<Limits>,
 }
 
+/// Work to do in a sandbox.
+#[derive(Debug, Clone)]
+pub enum Work {
+    /// Code in a language's kernel (or a bash cell).
+    Code(ExecRequest),
+    /// A command line in a fresh shell.
+    Command(CommandRequest),
+}
+
+/// What [`Registry::run`] did.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    /// The sandbox the work ran in.
+    pub sandbox_id: SandboxId,
+    /// Whether that sandbox was made for this work and is now closed.
+    pub ephemeral: bool,
+    /// What the work produced.
+    pub outcome: ExecOutcome,
+}
+
 /// A sandbox as its owner sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxView {
@@ -276,58 +296,52 @@ impl Registry {
         }
     }
 
-    /// Runs code in one of `owner`'s sandboxes.
-    pub async fn exec(
+    /// Runs `work` in one of `owner`'s sandboxes, or, without an id, in a sandbox made for
+    /// it and closed after it (in the background: the answer need not wait for the
+    /// teardown).
+    pub async fn run(
+        &self,
+        owner: &str,
+        sandbox: Option<&SandboxId>,
+        work: Work,
+        ctx: ExecContext,
+    ) -> Result<Ran> {
+        match sandbox {
+            Some(id) => {
+                let outcome = self.run_in(owner, id, work, ctx).await?;
+                Ok(Ran {
+                    sandbox_id: id.clone(),
+                    ephemeral: false,
+                    outcome,
+                })
+            }
+            None => {
+                let (view, _) = self.create(owner, CreateRequest::default()).await?;
+                let r = self.run_in(owner, &view.id, work, ctx).await;
+                self.close_later(&view.id).await;
+                Ok(Ran {
+                    sandbox_id: view.id,
+                    ephemeral: true,
+                    outcome: r?,
+                })
+            }
+        }
+    }
+
+    async fn run_in(
         &self,
         owner: &str,
         id: &SandboxId,
-        req: ExecRequest,
+        work: Work,
         ctx: ExecContext,
     ) -> Result<ExecOutcome> {
         let _busy = self.acquire(owner, id)?;
-        let r = self.backend.exec(id, req, ctx).await;
+        let r = match work {
+            Work::Code(req) => self.backend.exec(id, req, ctx).await,
+            Work::Command(req) => self.backend.command(id, req, ctx).await,
+        };
         self.forget_if_gone(id, &r);
         r
-    }
-
-    /// Runs a command in one of `owner`'s sandboxes.
-    pub async fn command(
-        &self,
-        owner: &str,
-        id: &SandboxId,
-        req: CommandRequest,
-        ctx: ExecContext,
-    ) -> Result<ExecOutcome> {
-        let _busy = self.acquire(owner, id)?;
-        let r = self.backend.command(id, req, ctx).await;
-        self.forget_if_gone(id, &r);
-        r
-    }
-
-    /// Runs code in a sandbox made for this one run and closed after it.
-    pub async fn exec_once(
-        &self,
-        owner: &str,
-        req: ExecRequest,
-        ctx: ExecContext,
-    ) -> Result<(SandboxId, ExecOutcome)> {
-        let (view, _) = self.create(owner, CreateRequest::default()).await?;
-        let r = self.exec(owner, &view.id, req, ctx).await;
-        self.close_later(&view.id).await;
-        r.map(|o| (view.id, o))
-    }
-
-    /// Runs a command in a sandbox made for it and closed after it.
-    pub async fn command_once(
-        &self,
-        owner: &str,
-        req: CommandRequest,
-        ctx: ExecContext,
-    ) -> Result<(SandboxId, ExecOutcome)> {
-        let (view, _) = self.create(owner, CreateRequest::default()).await?;
-        let r = self.command(owner, &view.id, req, ctx).await;
-        self.close_later(&view.id).await;
-        r.map(|o| (view.id, o))
     }
 
     /// Closes a sandbox in the background: the answer need not wait for the teardown, and
@@ -618,8 +632,12 @@ mod tests {
         (fake, r)
     }
 
-    fn run(code: &str) -> ExecRequest {
-        ExecRequest::new(Language::Python, code, Duration::from_millis(1))
+    fn run(code: &str) -> Work {
+        Work::Code(ExecRequest::new(
+            Language::Python,
+            code,
+            Duration::from_millis(1),
+        ))
     }
 
     #[tokio::test]
@@ -629,7 +647,7 @@ mod tests {
         let id = view.id;
         let not_found = |e: Error| matches!(e, Error::SandboxNotFound { .. });
         assert!(not_found(
-            r.exec("bob", &id, run("x"), ExecContext::default())
+            r.run("bob", Some(&id), run("x"), ExecContext::default())
                 .await
                 .unwrap_err()
         ));
@@ -640,12 +658,12 @@ mod tests {
         // Exactly the error of an id that never existed.
         let never = SandboxId::random();
         let a = r
-            .exec("bob", &id, run("x"), ExecContext::default())
+            .run("bob", Some(&id), run("x"), ExecContext::default())
             .await
             .unwrap_err()
             .to_string();
         let b = r
-            .exec("bob", &never, run("x"), ExecContext::default())
+            .run("bob", Some(&never), run("x"), ExecContext::default())
             .await
             .unwrap_err()
             .to_string();
@@ -670,7 +688,8 @@ mod tests {
         let busy_id = busy.id.clone();
         let running = tokio::spawn(async move {
             let req = ExecRequest::new(Language::Python, "slow", Duration::from_millis(200));
-            r2.exec("t", &busy_id, req, ExecContext::default()).await
+            r2.run("t", Some(&busy_id), Work::Code(req), ExecContext::default())
+                .await
         });
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert_eq!(r.reap().await, 1, "only the idle sandbox expires");
@@ -748,11 +767,13 @@ mod tests {
     #[tokio::test]
     async fn one_shot_runs_close_their_sandbox() {
         let (fake, r) = registry(RegistryConfig::default());
-        let (id, out) = r
-            .exec_once("t", run("hello"), ExecContext::default())
+        let ran = r
+            .run("t", None, run("hello"), ExecContext::default())
             .await
             .unwrap();
-        assert_eq!(out.stdout, "hello");
+        let id = ran.sandbox_id;
+        assert!(ran.ephemeral);
+        assert_eq!(ran.outcome.stdout, "hello");
         assert!(r.list("t").is_empty());
         r.shutdown().await;
         assert!(!fake.live.lock().unwrap().contains(&id));

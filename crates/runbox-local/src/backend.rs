@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use runbox_core::{
     Backend, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, Language, Limits,
-    SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus,
+    SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus, Work,
 };
 use runbox_jail::{JailHost, JailHostConfig, LayerReport};
 
@@ -173,6 +173,32 @@ impl LocalBackend {
         })
     }
 
+    /// Runs code or a command, forgetting the sandbox if it ended under the run (closed
+    /// meanwhile, or its init was killed).
+    async fn run(
+        &self,
+        id: &SandboxId,
+        work: Work,
+        ctx: ExecContext,
+    ) -> Result<ExecOutcome, Error> {
+        let sandbox = self.get(id)?;
+        let settings = self.settings();
+        let result = match &work {
+            Work::Code(req) => {
+                Self::check_env(&req.env)?;
+                sandbox.exec(&self.runtime, req, &ctx, settings).await
+            }
+            Work::Command(req) => {
+                Self::check_env(&req.env)?;
+                sandbox.command(&self.runtime, req, &ctx, settings).await
+            }
+        };
+        if sandbox.jail.has_ended() {
+            self.registry().live.remove(id);
+        }
+        result
+    }
+
     fn check_env(env: &BTreeMap<String, String>) -> Result<(), Error> {
         for (k, v) in env {
             if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
@@ -248,16 +274,7 @@ impl Backend for LocalBackend {
         req: ExecRequest,
         ctx: ExecContext,
     ) -> Result<ExecOutcome, Error> {
-        Self::check_env(&req.env)?;
-        let sandbox = self.get(id)?;
-        let result = sandbox
-            .exec(&self.runtime, &req, &ctx, self.settings())
-            .await;
-        if sandbox.jail.has_ended() {
-            // The sandbox died under the run (closed meanwhile, or its init was killed).
-            self.registry().live.remove(id);
-        }
-        result
+        self.run(id, Work::Code(req), ctx).await
     }
 
     async fn command(
@@ -266,15 +283,7 @@ impl Backend for LocalBackend {
         req: CommandRequest,
         ctx: ExecContext,
     ) -> Result<ExecOutcome, Error> {
-        Self::check_env(&req.env)?;
-        let sandbox = self.get(id)?;
-        let result = sandbox
-            .command(&self.runtime, &req, &ctx, self.settings())
-            .await;
-        if sandbox.jail.has_ended() {
-            self.registry().live.remove(id);
-        }
-        result
+        self.run(id, Work::Command(req), ctx).await
     }
 
     async fn status(&self, id: &SandboxId) -> Result<SandboxStatus, Error> {

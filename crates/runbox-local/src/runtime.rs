@@ -67,6 +67,15 @@ impl Runtime {
         r.as_ref().map_err(String::as_str)
     }
 
+    /// The interpreter running `language`, or the caller's error saying why there is none.
+    pub fn require(&self, language: Language) -> Result<&Interpreter, runbox_core::Error> {
+        self.for_language(language)
+            .map_err(|reason| runbox_core::Error::LanguageUnavailable {
+                language,
+                reason: reason.to_owned(),
+            })
+    }
+
     /// Languages that can run.
     pub fn languages(&self) -> Vec<Language> {
         let mut v = Vec::new();

@@ -110,13 +110,7 @@ impl LocalSandbox {
             slot.lost = true;
         }
         if slot.kernel.is_none() {
-            let interpreter =
-                runtime
-                    .for_language(language)
-                    .map_err(|reason| Error::LanguageUnavailable {
-                        language,
-                        reason: reason.to_owned(),
-                    })?;
+            let interpreter = runtime.require(language)?;
             let path = interpreter.path.to_string_lossy().into_owned();
             let argv = match language {
                 Language::Python => vec![path, PYTHON_DRIVER.into()],
@@ -155,11 +149,7 @@ impl LocalSandbox {
             return Err(Error::not_found(&self.id));
         }
         let bash_path = runtime
-            .for_language(Language::Bash)
-            .map_err(|reason| Error::LanguageUnavailable {
-                language: Language::Bash,
-                reason: reason.into(),
-            })?
+            .require(Language::Bash)?
             .path
             .to_string_lossy()
             .into_owned();
@@ -194,11 +184,7 @@ impl LocalSandbox {
             }),
             Language::Bash => {
                 let bash_path = runtime
-                    .for_language(Language::Bash)
-                    .map_err(|reason| Error::LanguageUnavailable {
-                        language: Language::Bash,
-                        reason: reason.into(),
-                    })?
+                    .require(Language::Bash)?
                     .path
                     .to_string_lossy()
                     .into_owned();

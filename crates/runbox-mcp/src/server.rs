@@ -12,8 +12,8 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use runbox_core::{
-    CommandRequest, CreateRequest, Error, ExecContext, ExecRequest, OutputChunk, OutputStream,
-    Registry, SandboxId,
+    CommandRequest, CreateRequest, Error, ExecContext, ExecRequest, OutputChunk, OutputStream, Ran,
+    Registry, SandboxId, Work,
 };
 use tokio::sync::mpsc;
 
@@ -21,7 +21,7 @@ use crate::render;
 use crate::types::{
     CloseSandboxOutput, CreateSandboxArgs, CreateSandboxOutput, LimitsOut, ListSandboxesOutput,
     RunCodeArgs, RunCodeOutput, RunCommandArgs, RunCommandOutput, SandboxArgs, SandboxStatusOutput,
-    SandboxSummary, language_arg, run_code_output,
+    SandboxSummary, language_arg, run_code_output, run_command_output,
 };
 
 /// What the server needs beyond the registry.
@@ -194,6 +194,29 @@ impl RunboxServer {
         &self.state.settings.tenant
     }
 
+    /// Runs `work` through the registry, with live output as progress notifications when the
+    /// client asked for them and the request's cancellation wired to the run.
+    async fn run(
+        &self,
+        sandbox_id: Option<String>,
+        work: Work,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Ran, Error> {
+        let progress = Progress::new(ctx);
+        let exec_ctx = ExecContext {
+            output: progress.sink.clone(),
+            cancel: ctx.ct.clone(),
+        };
+        let id = sandbox_id.map(SandboxId::from);
+        let r = self
+            .state
+            .registry
+            .run(self.tenant(), id.as_ref(), work, exec_ctx)
+            .await;
+        progress.finish().await;
+        r
+    }
+
     fn run_timeout(&self, asked: Option<f64>) -> Result<Duration, Error> {
         let s = &self.state.settings;
         match asked {
@@ -232,30 +255,8 @@ impl RunboxServer {
         };
         let mut req = ExecRequest::new(args.language.into(), args.code, timeout);
         req.env = args.env;
-        let progress = Progress::new(&ctx);
-        let exec_ctx = ExecContext {
-            output: progress.sink.clone(),
-            cancel: ctx.ct.clone(),
-        };
-        let registry = &self.state.registry;
-        let result = match args.sandbox_id {
-            Some(id) => {
-                let id = SandboxId::from(id);
-                registry
-                    .exec(self.tenant(), &id, req, exec_ctx)
-                    .await
-                    .map(|o| (id, false, o))
-            }
-            None => registry
-                .exec_once(self.tenant(), req, exec_ctx)
-                .await
-                .map(|(id, o)| (id, true, o)),
-        };
-        progress.finish().await;
-        match result {
-            Ok((id, ephemeral, outcome)) => {
-                render::run_code(&run_code_output(id.to_string(), ephemeral, outcome))
-            }
+        match self.run(args.sandbox_id, Work::Code(req), &ctx).await {
+            Ok(ran) => render::run_code(&run_code_output(ran)),
             Err(e) => render::error(&e),
         }
     }
@@ -279,39 +280,8 @@ impl RunboxServer {
         let mut req = CommandRequest::new(args.command, timeout);
         req.cwd = args.cwd;
         req.env = args.env;
-        let progress = Progress::new(&ctx);
-        let exec_ctx = ExecContext {
-            output: progress.sink.clone(),
-            cancel: ctx.ct.clone(),
-        };
-        let registry = &self.state.registry;
-        let result = match args.sandbox_id {
-            Some(id) => {
-                let id = SandboxId::from(id);
-                registry
-                    .command(self.tenant(), &id, req, exec_ctx)
-                    .await
-                    .map(|o| (id, false, o))
-            }
-            None => registry
-                .command_once(self.tenant(), req, exec_ctx)
-                .await
-                .map(|(id, o)| (id, true, o)),
-        };
-        progress.finish().await;
-        match result {
-            Ok((id, ephemeral, o)) => render::run_command(&RunCommandOutput {
-                sandbox_id: id.to_string(),
-                ephemeral,
-                stdout: o.stdout,
-                stderr: o.stderr,
-                exit_code: i64::from(o.exit_code.unwrap_or(-1)),
-                duration_ms: i64::try_from(o.duration.as_millis()).unwrap_or(i64::MAX),
-                truncated: o.truncated,
-                timed_out: o.timed_out,
-                cancelled: o.cancelled,
-                notes: o.notes,
-            }),
+        match self.run(args.sandbox_id, Work::Command(req), &ctx).await {
+            Ok(ran) => render::run_command(&run_command_output(ran)),
             Err(e) => render::error(&e),
         }
     }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use runbox_core::{ExecOutcome, Language};
+use runbox_core::{Language, Ran};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -305,14 +305,15 @@ pub(crate) fn language_arg(l: Language) -> LanguageArg {
     }
 }
 
-pub(crate) fn run_code_output(
-    sandbox_id: String,
-    ephemeral: bool,
-    o: ExecOutcome,
-) -> RunCodeOutput {
+fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn run_code_output(ran: Ran) -> RunCodeOutput {
+    let o = ran.outcome;
     RunCodeOutput {
-        sandbox_id,
-        ephemeral,
+        sandbox_id: ran.sandbox_id.to_string(),
+        ephemeral: ran.ephemeral,
         stdout: o.stdout,
         stderr: o.stderr,
         results: o
@@ -329,11 +330,27 @@ pub(crate) fn run_code_output(
             traceback: e.traceback,
         }),
         exit_code: o.exit_code.map(i64::from),
-        duration_ms: i64::try_from(o.duration.as_millis()).unwrap_or(i64::MAX),
+        duration_ms: millis(o.duration),
         truncated: o.truncated,
         timed_out: o.timed_out,
         cancelled: o.cancelled,
         kernel_restarted: o.kernel_restarted,
+        notes: o.notes,
+    }
+}
+
+pub(crate) fn run_command_output(ran: Ran) -> RunCommandOutput {
+    let o = ran.outcome;
+    RunCommandOutput {
+        sandbox_id: ran.sandbox_id.to_string(),
+        ephemeral: ran.ephemeral,
+        stdout: o.stdout,
+        stderr: o.stderr,
+        exit_code: i64::from(o.exit_code.unwrap_or(-1)),
+        duration_ms: millis(o.duration),
+        truncated: o.truncated,
+        timed_out: o.timed_out,
+        cancelled: o.cancelled,
         notes: o.notes,
     }
 }

@@ -12,7 +12,7 @@ use runbox_jail::{ExitStatus, Jail, SpawnRequest};
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 
-use super::{Action, RunOutput, StopCause, Watchdog, dev_null, drain_now, pipe, spawn_failed};
+use super::{Action, RunOutput, Watchdog, dev_null, drain_now, pipe, spawn_failed};
 use crate::layout::BASH_PRELUDE;
 
 /// Largest bash code accepted: one `argv` string may not exceed 128 KiB on Linux.
@@ -237,22 +237,7 @@ async fn run_shell(
         truncated,
         ..Default::default()
     };
-    match watchdog.cause() {
-        Some(StopCause::Timeout) => {
-            outcome.timed_out = true;
-            outcome.notes.push(format!(
-                "The run exceeded its timeout of {} s and its processes were stopped.",
-                timeout.as_secs_f64()
-            ));
-        }
-        Some(StopCause::Cancelled) => {
-            outcome.cancelled = true;
-            outcome
-                .notes
-                .push("The run was cancelled and its processes were stopped.".into());
-        }
-        None => {}
-    }
+    watchdog.record(&mut outcome, "its processes were stopped");
     if status.is_none() {
         outcome
             .notes

@@ -13,7 +13,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use runbox_core::{OutputChunk, OutputSink, OutputStream};
+use runbox_core::{ExecOutcome, OutputChunk, OutputSink, OutputStream};
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -149,6 +149,7 @@ pub(crate) enum Action {
 /// A run's deadline: interrupt when the timeout passes or the caller cancels, kill if the
 /// code has not stopped a grace period later.
 pub(crate) struct Watchdog {
+    timeout: Duration,
     deadline: Instant,
     grace: Duration,
     kill_at: Option<Instant>,
@@ -160,6 +161,7 @@ pub(crate) struct Watchdog {
 impl Watchdog {
     pub(crate) fn new(timeout: Duration, grace: Duration, cancel: CancellationToken) -> Self {
         Self {
+            timeout,
             deadline: Instant::now() + timeout,
             grace,
             kill_at: None,
@@ -172,6 +174,27 @@ impl Watchdog {
     /// Why the run was stopped, if it was.
     pub(crate) fn cause(&self) -> Option<StopCause> {
         self.cause
+    }
+
+    /// Marks `outcome` timed out or cancelled, with a note ending in `consequence` (what
+    /// was done about it), when the watchdog stopped the run.
+    pub(crate) fn record(&self, outcome: &mut ExecOutcome, consequence: &str) {
+        match self.cause {
+            Some(StopCause::Timeout) => {
+                outcome.timed_out = true;
+                outcome.notes.push(format!(
+                    "The run exceeded its timeout of {} s and {consequence}.",
+                    self.timeout.as_secs_f64()
+                ));
+            }
+            Some(StopCause::Cancelled) => {
+                outcome.cancelled = true;
+                outcome
+                    .notes
+                    .push(format!("The run was cancelled and {consequence}."));
+            }
+            None => {}
+        }
     }
 
     /// Whether the watchdog has nothing left to do.

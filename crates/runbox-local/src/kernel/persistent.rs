@@ -17,7 +17,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Action, RunOutput, StopCause, Watchdog, dev_null, drain_now, pipe, random_hex};
+use super::{Action, RunOutput, Watchdog, dev_null, drain_now, pipe, random_hex};
 use crate::output::MarkerScanner;
 use tokio::net::unix::pipe as tokio_pipe;
 
@@ -360,22 +360,7 @@ impl Kernel {
             ..Default::default()
         };
         let cause = watchdog.cause();
-        match cause {
-            Some(StopCause::Timeout) => {
-                outcome.timed_out = true;
-                outcome.notes.push(format!(
-                    "The run exceeded its timeout of {} s and was interrupted.",
-                    req.timeout.as_secs_f64()
-                ));
-            }
-            Some(StopCause::Cancelled) => {
-                outcome.cancelled = true;
-                outcome
-                    .notes
-                    .push("The run was cancelled and interrupted.".into());
-            }
-            None => {}
-        }
+        watchdog.record(&mut outcome, "was interrupted");
         let kernel_alive = died.is_none();
         if let Some(reason) = died {
             let oom = matches!((oom_before, jail.usage().oom_kills), (Some(a), Some(b)) if b > a);
