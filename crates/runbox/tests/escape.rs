@@ -530,27 +530,50 @@ async fn descriptors_and_environment_do_not_leak() {
     let id = sandbox(&b).await;
     let o = sh(&b, &id, "ls -l /proc/$$/fd; echo ENV; env; echo INIT; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'").await;
     // No variable of the server's environment (the test process's, here, which CI seeds
-    // with RUNBOX_TEST_SECRET) reaches the sandbox, unless the sandbox sets the same itself.
+    // with RUNBOX_TEST_SECRET) reaches the sandbox. The sandbox sets a few variables of its
+    // own, by name; any other host variable found inside is a leak.
+    const SANDBOX_SETS: [&str; 11] = [
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "TERM",
+        "TMPDIR",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "MPLBACKEND",
+    ];
     let inside = o.stdout.split("ENV\n").nth(1).unwrap_or_default();
+    // bash sets these itself: their names prove nothing, but the host's values must not show.
+    const SHELL_SETS: [&str; 4] = ["PWD", "OLDPWD", "SHLVL", "_"];
+    let inside_pairs: Vec<(&str, &str)> =
+        inside.lines().filter_map(|l| l.split_once('=')).collect();
+    let mut checked = 0;
     for (k, v) in std::env::vars() {
-        let pair = format!("{k}={v}");
-        if v.len() >= 6
-            && !inside
-                .lines()
-                .any(|l| l == pair && k != "RUNBOX_TEST_SECRET")
-        {
+        if SANDBOX_SETS.contains(&k.as_str()) || v.len() < 4 {
+            continue;
+        }
+        checked += 1;
+        for (ik, iv) in &inside_pairs {
             assert!(
-                !inside.contains(&pair),
+                *ik != k || SHELL_SETS.contains(ik),
                 "server variable {k} leaked into the sandbox"
+            );
+            assert!(
+                *iv != v || SANDBOX_SETS.contains(ik),
+                "the value of server variable {k} leaked into the sandbox as {ik}"
             );
         }
         if k == "RUNBOX_TEST_SECRET" {
             assert!(
-                !inside.contains(&v),
+                !o.stdout.contains(&v),
                 "the CI secret leaked into the sandbox"
             );
         }
     }
+    assert!(checked > 0, "the test process has no variable to check");
     let fds: Vec<&str> = o
         .stdout
         .split("ENV\n")
