@@ -82,6 +82,110 @@ def _write_all(fd, data):
         view = view[n:]
 
 
+# Rich output, as a notebook shows it: each result is a bundle of representations keyed by
+# MIME type. Images travel as base64; anything over _MAX_REPR is left out with a note.
+_MAX_REPR = 8 << 20
+_REPR_METHODS = (
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+)
+
+
+def _b64(data):
+    import base64
+
+    return base64.b64encode(data).decode("ascii")
+
+
+def _figure_png(fig):
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _is_figure(obj):
+    mpl = sys.modules.get("matplotlib.figure")
+    return mpl is not None and isinstance(obj, mpl.Figure)
+
+
+def _bundle(obj):
+    """The MIME bundle of `obj`: its _repr_*_ methods, a figure's PNG, and always text/plain."""
+    data = {}
+    if _is_figure(obj):
+        data["image/png"] = _figure_png(obj)
+    elif not isinstance(obj, type):
+        mimebundle = getattr(obj, "_repr_mimebundle_", None)
+        if callable(mimebundle):
+            try:
+                got = mimebundle(include=None, exclude=None)
+                if isinstance(got, tuple):
+                    got = got[0]
+                if isinstance(got, dict):
+                    data.update(got)
+            except Exception:
+                pass
+        for mime, name in _REPR_METHODS:
+            method = getattr(obj, name, None)
+            if mime in data or not callable(method):
+                continue
+            try:
+                value = method()
+            except Exception:
+                continue
+            if isinstance(value, tuple):
+                value = value[0]
+            if value is not None:
+                data[mime] = value
+    for mime in ("image/png", "image/jpeg"):
+        if isinstance(data.get(mime), (bytes, bytearray)):
+            data[mime] = _b64(bytes(data[mime]))
+    for mime, value in list(data.items()):
+        if isinstance(value, (bytes, bytearray)):
+            data[mime] = bytes(value).decode("utf-8", "replace")
+        if isinstance(data[mime], str) and len(data[mime]) > _MAX_REPR:
+            data[mime] = "<%s left out: %d bytes is over the limit>" % (mime, len(data[mime]))
+    if "text/plain" not in data:
+        try:
+            data["text/plain"] = repr(obj)
+        except Exception as e:
+            data["text/plain"] = "<unprintable %s: %s>" % (type(obj).__name__, e)
+    return data
+
+
+def display(*objs, **_ignored):
+    """Shows each object in the run's results, as a notebook's display() does."""
+    for obj in objs:
+        _flush_streams()
+        _send({"type": "display", "data": _bundle(obj)})
+
+
+builtins.display = display
+
+
+def _show_figures(*_args, **_kwargs):
+    """Sends every open matplotlib figure as an image and closes it (plt.show, or the end of
+    a cell that left figures open)."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    for number in plt.get_fignums():
+        display(plt.figure(number))
+    plt.close("all")
+
+
+def _hook_pyplot():
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None and plt.show is not _show_figures:
+        plt.show = _show_figures
+
+
 def _run_coroutine(coro):
     import asyncio
 
@@ -148,12 +252,16 @@ def _restore_env(saved):
             os.environ[key] = value
 
 
-def _flush():
+def _flush_streams():
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
         except Exception:
             pass
+
+
+def _flush():
+    _flush_streams()
     # Undo any redirection of fd 1 and 2 the code made, so the marker reaches runbox.
     os.dup2(_saved_stdio[0], 1)
     os.dup2(_saved_stdio[1], 2)
@@ -180,7 +288,7 @@ def _run(cell, code, env_pairs):
             value = _evaluate(compile(last, name, "eval", flags, dont_inherit=True), namespace)
             if value is not None:
                 builtins._ = value
-                result = {"text/plain": repr(value)}
+                result = value
     except SystemExit as exc:
         _executing[0] = False
         if exc.code not in (None, 0):
@@ -192,6 +300,20 @@ def _run(cell, code, env_pairs):
         _executing[0] = False
         _restore_env(saved_env)
     return result, error
+
+
+def _finish_cell(result, error):
+    """After a cell: figures left open are shown, the last value becomes a bundle."""
+    bundle = None
+    try:
+        _hook_pyplot()
+        _show_figures()
+        if result is not None:
+            bundle = _bundle(result)
+    except BaseException as exc:  # a broken _repr_ or figure must not lose the run
+        if error is None:
+            error = _format_error(exc)
+    return bundle, error
 
 
 def _main_loop():
@@ -211,6 +333,7 @@ def _main_loop():
         env = requests.read(int(parts[3])).decode("utf-8", "surrogateescape")
         cell += 1
         result, error = _run(cell, code, [p for p in env.split("\0") if p])
+        result, error = _finish_cell(result, error)
         _flush()
         markers = True
         try:

@@ -216,6 +216,7 @@ impl Layout {
             ("PYTHONUNBUFFERED", "1"),
             ("PYTHONDONTWRITEBYTECODE", "1"),
             ("MPLBACKEND", "Agg"),
+            ("MPLCONFIGDIR", "/tmp/.matplotlib"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -54,6 +54,9 @@ pub(crate) fn error(e: &Error) -> CallToolResult {
     failure(message)
 }
 
+/// Result representations that are also sent as MCP image content, so clients show them.
+const IMAGE_TYPES: [&str; 2] = ["image/png", "image/jpeg"];
+
 fn section(text: &mut String, title: &str, body: &str) {
     if body.is_empty() {
         return;
@@ -71,18 +74,31 @@ pub(crate) fn run_code(out: &RunCodeOutput) -> CallToolResult {
     let mut text = String::new();
     section(&mut text, "stdout", &out.stdout);
     section(&mut text, "stderr", &out.stderr);
+    let mut images = Vec::new();
     for r in &out.results {
-        let shown = r
+        let mut shown = r
             .data
             .get("text/plain")
             .and_then(|v| v.as_str())
-            .map(str::to_owned)
-            .unwrap_or_else(|| {
-                format!(
-                    "({} result)",
-                    r.data.keys().cloned().collect::<Vec<_>>().join(", ")
-                )
-            });
+            .unwrap_or_default()
+            .to_owned();
+        let others: Vec<&str> = r
+            .data
+            .keys()
+            .map(String::as_str)
+            .filter(|m| *m != "text/plain")
+            .collect();
+        if !others.is_empty() {
+            if !shown.is_empty() {
+                shown.push('\n');
+            }
+            let _ = write!(shown, "(also as {})", others.join(", "));
+        }
+        for mime in IMAGE_TYPES {
+            if let Some(data) = r.data.get(mime).and_then(|v| v.as_str()) {
+                images.push(ContentBlock::image(data, mime));
+            }
+        }
         section(
             &mut text,
             if r.is_main_result {
@@ -119,7 +135,9 @@ pub(crate) fn run_code(out: &RunCodeOutput) -> CallToolResult {
     } else {
         CallToolResult::success
     };
-    with_structured(base(vec![ContentBlock::text(text)]), out)
+    let mut content = vec![ContentBlock::text(text)];
+    content.extend(images);
+    with_structured(base(content), out)
 }
 
 /// `run_command`'s result; `isError` for a non-zero status, a timeout or a cancellation.
@@ -215,6 +233,29 @@ mod tests {
             std::io::Error::other("disk full"),
         ));
         assert!(text(&r).contains("disk full"));
+    }
+
+    #[test]
+    fn images_become_image_content_too() {
+        let mut o = output();
+        o.results.push(ResultOut {
+            data: [
+                ("text/plain".to_owned(), serde_json::json!("<Figure>")),
+                ("image/png".to_owned(), serde_json::json!("iVBORw0KGgo=")),
+            ]
+            .into(),
+            is_main_result: false,
+        });
+        let r = run_code(&o);
+        assert_eq!(r.content.len(), 2);
+        let image = r.content[1].as_image().expect("an image block");
+        assert_eq!(image.mime_type, "image/png");
+        assert_eq!(image.data, "iVBORw0KGgo=");
+        assert!(
+            text(&r).contains("[display]\n<Figure>\n(also as image/png)"),
+            "{}",
+            text(&r)
+        );
     }
 
     #[test]

@@ -706,3 +706,32 @@ async fn bad_configuration_is_refused_at_start() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[tokio::test]
+async fn plots_arrive_as_image_content() {
+    let (client, _) = stdio_client(&["--pool", "0"], Revision::Stateless).await;
+    let r = call(
+        &client,
+        "run_code",
+        json!({"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\nimport pandas as pd\npd.DataFrame({'a': [1]})"}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let images: Vec<_> = r.content.iter().filter_map(|c| c.as_image()).collect();
+    assert_eq!(images.len(), 1, "{:?}", r.content);
+    assert_eq!(images[0].mime_type, "image/png");
+    use base64::Engine;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(&images[0].data)
+        .unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let s = structured(&r);
+    assert!(
+        s["results"][1]["data"]["text/html"]
+            .as_str()
+            .unwrap()
+            .contains("<table")
+    );
+    assert!(text(&r).contains("(also as text/html)"), "{}", text(&r));
+    client.cancel().await.unwrap();
+}
