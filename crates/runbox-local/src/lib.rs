@@ -18,6 +18,7 @@ mod layout;
 mod output;
 pub mod runtime;
 mod sandbox;
+mod transpile;
 
 pub use backend::{Diagnostics, LocalBackend, LocalConfig};
 pub use runtime::{Interpreter, InterpreterPaths, Runtime};

@@ -84,6 +84,7 @@ impl Runtime {
         }
         if self.node.is_ok() {
             v.push(Language::JavaScript);
+            v.push(Language::TypeScript);
         }
         if self.bash.is_ok() {
             v.push(Language::Bash);

@@ -12,6 +12,19 @@ use crate::kernel::bash::{self, BashState};
 use crate::kernel::{Kernel, KernelError, spawn_failed};
 use crate::layout::{NODE_DRIVER, PYTHON_DRIVER};
 use crate::runtime::Runtime;
+use crate::transpile::{self, SyntaxError};
+
+/// The outcome of TypeScript that does not parse: nothing ran.
+fn syntax_error_outcome(e: SyntaxError) -> ExecOutcome {
+    ExecOutcome {
+        error: Some(runbox_core::ExecError {
+            name: "SyntaxError".into(),
+            value: format!("{} (line {}, column {})", e.message, e.line, e.column),
+            traceback: e.rendered,
+        }),
+        ..Default::default()
+    }
+}
 
 /// A kernel, or the memory that one was lost (so the next run can say it started afresh).
 #[derive(Debug, Default)]
@@ -62,8 +75,9 @@ impl LocalSandbox {
     fn slot(&self, language: Language) -> Option<&Mutex<KernelSlot>> {
         match language {
             Language::Python => Some(&self.python),
-            Language::JavaScript => Some(&self.node),
-            Language::TypeScript | Language::Bash => None,
+            // TypeScript is transpiled and runs in the JavaScript kernel: they share state.
+            Language::JavaScript | Language::TypeScript => Some(&self.node),
+            Language::Bash => None,
         }
     }
 
@@ -177,11 +191,6 @@ impl LocalSandbox {
             return Err(Error::not_found(&self.id));
         }
         match req.language {
-            Language::TypeScript => Err(Error::LanguageUnavailable {
-                language: Language::TypeScript,
-                reason: "TypeScript is not supported by this build yet; run the code as javascript"
-                    .into(),
-            }),
             Language::Bash => {
                 let bash_path = runtime
                     .require(Language::Bash)?
@@ -201,6 +210,34 @@ impl LocalSandbox {
                 .await
             }
             language => {
+                let transpiled;
+                let req = match language {
+                    Language::TypeScript => match transpile::typescript(&req.code) {
+                        Ok(js) => {
+                            transpiled = ExecRequest {
+                                code: js,
+                                ..req.clone()
+                            };
+                            &transpiled
+                        }
+                        Err(e) => return Ok(syntax_error_outcome(e)),
+                    },
+                    Language::JavaScript
+                        if req.code.contains("import") || req.code.contains("export") =>
+                    {
+                        transpiled = ExecRequest {
+                            code: transpile::javascript(&req.code),
+                            ..req.clone()
+                        };
+                        &transpiled
+                    }
+                    _ => req,
+                };
+                let language = if language == Language::TypeScript {
+                    Language::JavaScript
+                } else {
+                    language
+                };
                 let Some(slot) = self.slot(language) else {
                     return Err(Error::InvalidRequest(format!("{language} has no kernel")));
                 };

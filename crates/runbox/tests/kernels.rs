@@ -563,19 +563,50 @@ async fn concurrent_runs_in_different_sandboxes_overlap() {
 }
 
 #[tokio::test]
-async fn typescript_is_refused_with_a_clear_error_until_supported() {
+async fn typescript_runs_in_the_javascript_context() {
     let b = backend().await;
     let id = sandbox(&b).await;
-    let e = b
-        .exec(
-            &id,
-            ExecRequest::new(Language::TypeScript, "let x: number = 1", TIMEOUT),
-            ExecContext::default(),
-        )
-        .await
-        .unwrap_err();
-    assert!(e.is_caller_error());
-    assert!(e.to_string().contains("javascript"), "{e}");
+    let ts = |code: &'static str| {
+        let b = b.clone();
+        let id = id.clone();
+        async move { run(&b, &id, Language::TypeScript, code).await }
+    };
+    let o = ts("import * as path from 'node:path';\n\
+                import { createHash } from 'crypto';\n\
+                interface User { name: string; age: number }\n\
+                enum Color { Red, Green }\n\
+                function greet<T extends User>(u: T): string { return `${u.name} (${u.age})`; }\n\
+                const user: User = { name: 'Ada', age: 36 };\n\
+                console.log(greet(user), Color.Green, path.basename('/a/b.txt'));\n\
+                createHash('sha256').update('x').digest('hex').slice(0, 8)")
+    .await;
+    assert!(o.succeeded(), "{o:?}");
+    assert_eq!(o.stdout, "Ada (36) 1 b.txt\n");
+    assert_eq!(value(&o).as_deref(), Some("'2d711642'"));
+    // TypeScript and JavaScript share one context.
+    let o = run(&b, &id, Language::JavaScript, "greet(user)").await;
+    assert_eq!(value(&o).as_deref(), Some("'Ada (36)'"));
+    // Type errors do not block a run: nothing is type-checked.
+    let o = ts("const n: number = 'not a number' as any;\nn").await;
+    assert_eq!(value(&o).as_deref(), Some("'not a number'"), "{o:?}");
+    // Top-level await.
+    let o = ts("const v: number = await Promise.resolve(41);\nv + 1").await;
+    assert_eq!(value(&o).as_deref(), Some("42"), "{o:?}");
+    // A syntax error names its line; nothing ran.
+    let o = ts("console.log('never');\nconst broken: = 2;").await;
+    let e = o.error.expect("syntax error");
+    assert_eq!(e.name, "SyntaxError");
+    assert!(e.value.contains("line 2"), "{e:?}");
+    assert_eq!(o.stdout, "");
+    // Plain JavaScript may use import too.
+    let o = run(
+        &b,
+        &id,
+        Language::JavaScript,
+        "import os from 'os';\ntypeof os.cpus",
+    )
+    .await;
+    assert_eq!(value(&o).as_deref(), Some("'function'"), "{o:?}");
     b.close(&id).await.unwrap();
 }
 

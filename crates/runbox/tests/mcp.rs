@@ -249,6 +249,13 @@ async fn core_flow(client: &Client, revision: Revision) {
         "{}",
         text(&r)
     );
+    let r = call(client, "run_code", json!({"sandbox_id": id, "language": "typescript", "code": "const z: number = y * 2;\nz + 0.5"})).await;
+    assert_eq!(
+        structured(&r)["results"][0]["data"]["text/plain"],
+        "4.5",
+        "{}",
+        text(&r)
+    );
     let r = call(client, "run_code", json!({"sandbox_id": id, "language": "bash", "code": "cd /tmp && export K=v && echo bash-ok"})).await;
     assert_eq!(structured(&r)["stdout"], "bash-ok\n");
     let r = call(
