@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::exec::{CommandRequest, ExecContext, ExecOutcome, ExecRequest};
+use crate::files::{FileContent, FileWritten, Listing};
 use crate::sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxStatus};
 
 /// A place where sandboxes live.
@@ -37,6 +38,28 @@ pub trait Backend: Send + Sync + 'static {
         req: CommandRequest,
         ctx: ExecContext,
     ) -> Result<ExecOutcome>;
+
+    /// Lists a directory of a sandbox (and, with `recursive`, everything below it).
+    async fn list_files(&self, id: &SandboxId, path: &str, recursive: bool) -> Result<Listing>;
+
+    /// Reads up to `length` bytes (the backend's cap when `None`) of a file from `offset`.
+    async fn read_file(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<FileContent>;
+
+    /// Writes (or, with `append`, appends) `data` to a file, creating it and its parent
+    /// directories as needed.
+    async fn write_file(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        data: Vec<u8>,
+        append: bool,
+    ) -> Result<FileWritten>;
 
     /// Reports a sandbox's state and resource use.
     async fn status(&self, id: &SandboxId) -> Result<SandboxStatus>;

@@ -17,6 +17,7 @@
 mod backend;
 mod error;
 mod exec;
+mod files;
 mod limits;
 mod registry;
 mod sandbox;
@@ -27,6 +28,7 @@ pub use exec::{
     CommandRequest, ExecContext, ExecError, ExecOutcome, ExecRequest, Language, OutputChunk,
     OutputSink, OutputStream, RichResult,
 };
+pub use files::{FileContent, FileEntry, FileKind, FileWritten, Listing};
 pub use limits::{Limits, LimitsError};
 pub use registry::{CreateRequest, Ran, Registry, RegistryConfig, SandboxView, Work};
 pub use sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::exec::{CommandRequest, ExecContext, ExecOutcome, ExecRequest, Language};
+use crate::files::{FileContent, FileWritten, Listing};
 use crate::limits::Limits;
 use crate::sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};
 
@@ -359,6 +360,50 @@ impl Registry {
         });
     }
 
+    /// Lists a directory of one of `owner`'s sandboxes.
+    pub async fn list_files(
+        &self,
+        owner: &str,
+        id: &SandboxId,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Listing> {
+        let _busy = self.acquire(owner, id)?;
+        let r = self.backend.list_files(id, path, recursive).await;
+        self.forget_if_gone(id, &r);
+        r
+    }
+
+    /// Reads a file of one of `owner`'s sandboxes.
+    pub async fn read_file(
+        &self,
+        owner: &str,
+        id: &SandboxId,
+        path: &str,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<FileContent> {
+        let _busy = self.acquire(owner, id)?;
+        let r = self.backend.read_file(id, path, offset, length).await;
+        self.forget_if_gone(id, &r);
+        r
+    }
+
+    /// Writes a file in one of `owner`'s sandboxes.
+    pub async fn write_file(
+        &self,
+        owner: &str,
+        id: &SandboxId,
+        path: &str,
+        data: Vec<u8>,
+        append: bool,
+    ) -> Result<FileWritten> {
+        let _busy = self.acquire(owner, id)?;
+        let r = self.backend.write_file(id, path, data, append).await;
+        self.forget_if_gone(id, &r);
+        r
+    }
+
     /// One of `owner`'s sandboxes, with its state and resource use.
     pub async fn status(
         &self,
@@ -595,6 +640,36 @@ mod tests {
                 ctx,
             )
             .await
+        }
+        async fn list_files(&self, _: &SandboxId, _: &str, _: bool) -> Result<Listing> {
+            Err(Error::Unsupported {
+                backend: "fake",
+                operation: "files",
+            })
+        }
+        async fn read_file(
+            &self,
+            _: &SandboxId,
+            _: &str,
+            _: u64,
+            _: Option<u64>,
+        ) -> Result<FileContent> {
+            Err(Error::Unsupported {
+                backend: "fake",
+                operation: "files",
+            })
+        }
+        async fn write_file(
+            &self,
+            _: &SandboxId,
+            _: &str,
+            _: Vec<u8>,
+            _: bool,
+        ) -> Result<FileWritten> {
+            Err(Error::Unsupported {
+                backend: "fake",
+                operation: "files",
+            })
         }
         async fn status(&self, id: &SandboxId) -> Result<SandboxStatus> {
             if !self.live.lock().unwrap().contains(id) {

@@ -84,6 +84,25 @@ pub struct JailHost {
     root_mountpoint: PathBuf,
 }
 
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit, as Go's runtime does:
+/// every sandbox holds a few descriptors in the server (control socket, pipes, exported
+/// directories), and the common soft default of 1024 runs out near a hundred sandboxes.
+/// Sandboxes set their own limit, so nothing inside them changes.
+fn raise_open_file_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(soft, hard, error = %e, "could not raise the open-file limit");
+            } else {
+                tracing::debug!(from = soft, to = hard, "raised the open-file limit");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not read the open-file limit"),
+    }
+}
+
 impl JailHost {
     /// Prepares the state directory, the uid pool (as root) and the cgroup parent.
     pub fn new(config: JailHostConfig) -> Result<Self, JailError> {
@@ -114,6 +133,7 @@ impl JailHost {
             None
         };
         let cgroups = Cgroups::detect(config.cgroup_parent.as_deref());
+        raise_open_file_limit();
         Ok(Self {
             config,
             cgroups,
@@ -165,7 +185,8 @@ impl JailHost {
             spec,
         };
         let mut guard = StartGuard { cgroup };
-        let (child, shared, report) = self.launch(&policy, guard.cgroup.as_ref()).await?;
+        let (child, shared, report, init_pid, dirs) =
+            self.launch(&policy, guard.cgroup.as_ref()).await?;
         let reader = tokio::spawn(read_loop(Arc::clone(&shared)));
         Ok(Jail {
             name: name.to_owned(),
@@ -176,6 +197,8 @@ impl JailHost {
             _uid: lease,
             identity,
             report,
+            init_pid,
+            dirs,
         })
     }
 
@@ -183,7 +206,16 @@ impl JailHost {
         &self,
         policy: &JailPolicy,
         cgroup: Option<&SandboxCgroup>,
-    ) -> Result<(tokio::process::Child, Arc<Shared>, LayerReport), JailError> {
+    ) -> Result<
+        (
+            tokio::process::Child,
+            Arc<Shared>,
+            LayerReport,
+            u32,
+            Vec<(PathBuf, OwnedFd)>,
+        ),
+        JailError,
+    > {
         let (host_end, init_end) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -219,14 +251,16 @@ impl JailHost {
             .send(&ToInit::Policy(Box::new(policy.clone())), &[])
             .await?;
         let deadline = tokio::time::Instant::now() + self.config.setup_timeout;
+        let mut init_pid = None;
         loop {
-            let msg = match tokio::time::timeout_at(deadline, shared.recv_one()).await {
+            let (msg, fds) = match tokio::time::timeout_at(deadline, shared.recv_with_fds()).await {
                 Err(_) => return Err(JailError::SetupTimeout(self.config.setup_timeout)),
                 Ok(Err(_)) => return Err(self.init_died(&mut child).await),
                 Ok(Ok(msg)) => msg,
             };
             match msg {
                 FromInit::Forked { pid: init } => {
+                    init_pid = Some(init.unsigned_abs());
                     if let Some(cg) = cgroup {
                         // Off the async threads: a cgroup move may wait for an RCU grace period.
                         let cg = cg.clone();
@@ -249,7 +283,24 @@ impl JailHost {
                     }
                     shared.send(&ToInit::Go, &[]).await?;
                 }
-                FromInit::Ready(report) => return Ok((child, shared, report)),
+                FromInit::Ready(report) => {
+                    let init = init_pid.ok_or_else(|| JailError::Setup {
+                        step: "handshake".into(),
+                        error: "ready before stage one reported the init".into(),
+                    })?;
+                    if fds.len() != policy.spec.export_dirs.len() {
+                        return Err(JailError::Setup {
+                            step: "handshake".into(),
+                            error: format!(
+                                "{} directories exported, {} asked for",
+                                fds.len(),
+                                policy.spec.export_dirs.len()
+                            ),
+                        });
+                    }
+                    let dirs = policy.spec.export_dirs.iter().cloned().zip(fds).collect();
+                    return Ok((child, shared, report, init, dirs));
+                }
                 FromInit::SetupFailed { step, error } => {
                     let _ = child.wait().await;
                     return Err(JailError::Setup { step, error });
@@ -382,11 +433,14 @@ impl Shared {
     }
 
     async fn recv_one(&self) -> io::Result<FromInit> {
+        self.recv_with_fds().await.map(|(m, _)| m)
+    }
+
+    async fn recv_with_fds(&self) -> io::Result<(FromInit, Vec<OwnedFd>)> {
         let mut buf = Vec::new();
         self.fd
             .async_io(Interest::READABLE, |fd| {
                 proto::recv::<FromInit>(fd.as_fd(), &mut buf, MsgFlags::MSG_DONTWAIT)
-                    .map(|(m, _)| m)
                     .map_err(proto_to_io)
             })
             .await
@@ -476,6 +530,8 @@ pub struct Jail {
     _uid: Option<UidLease>,
     identity: Identity,
     report: LayerReport,
+    init_pid: u32,
+    dirs: Vec<(PathBuf, OwnedFd)>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -554,6 +610,22 @@ impl Jail {
             .as_ref()
             .map(|c| c.paths().into_iter().map(Path::to_path_buf).collect())
             .unwrap_or_default()
+    }
+
+    /// A directory of the sandbox the init exported at start ([`JailSpec::export_dirs`]), as
+    /// an `O_PATH` descriptor of the sandbox's own tree. Resolve paths beneath it with
+    /// `openat2` and `RESOLVE_BENEATH`; it never goes through `/proc`, so it works the same
+    /// whether the server is root or not, and no pid is involved.
+    pub fn exported_dir(&self, inside: &Path) -> Option<BorrowedFd<'_>> {
+        self.dirs
+            .iter()
+            .find(|(p, _)| p == inside)
+            .map(|(_, fd)| fd.as_fd())
+    }
+
+    /// Host pid of the sandbox's init (for diagnostics and tests).
+    pub fn init_pid(&self) -> u32 {
+        self.init_pid
     }
 
     /// Host pid of stage one, the init's parent (for diagnostics and tests).

@@ -132,6 +132,10 @@ pub struct JailSpec {
     pub landlock: LandlockPolicy,
     /// Limits on the whole sandbox (the cgroup layer).
     pub resources: CgroupLimits,
+    /// Directories (inside the sandbox) whose `O_PATH` descriptors the init hands to the host
+    /// with its ready report, so the host can reach files beneath them (with `openat2` and
+    /// `RESOLVE_BENEATH`) without going through `/proc`. At most [`crate::proto::MAX_FDS`].
+    pub export_dirs: Vec<PathBuf>,
 }
 
 /// Everything the init needs to build one sandbox: the spec plus what the host decided.

@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runbox_core::{
-    Backend, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, Language, Limits,
-    SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus, Work,
+    Backend, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, FileContent,
+    FileWritten, Language, Limits, Listing, SandboxId, SandboxInfo, SandboxSpec, SandboxState,
+    SandboxStatus, Work,
 };
 use runbox_jail::{JailHost, JailHostConfig, LayerReport};
 
+use crate::files::FileAreas;
 use crate::layout::Layout;
 use crate::runtime::{InterpreterPaths, Runtime};
 use crate::sandbox::{LocalSandbox, RunSettings};
@@ -199,6 +201,22 @@ impl LocalBackend {
         result
     }
 
+    /// Runs a file operation of a sandbox on a blocking thread.
+    async fn with_files<T: Send + 'static>(
+        &self,
+        id: &SandboxId,
+        op: impl FnOnce(&FileAreas) -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, Error> {
+        let sandbox = self.get(id)?;
+        if sandbox.jail.has_ended() {
+            return Err(Error::not_found(id));
+        }
+        let files = Arc::clone(&sandbox.files);
+        tokio::task::spawn_blocking(move || op(&files))
+            .await
+            .unwrap_or_else(|e| Err(Error::sandbox_caused_by("a file operation failed", e)))
+    }
+
     fn check_env(env: &BTreeMap<String, String>) -> Result<(), Error> {
         for (k, v) in env {
             if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
@@ -256,7 +274,20 @@ impl Backend for LocalBackend {
         tracing::debug!(sandbox = %id, layers = ?jail.report(), "sandbox created");
         let mut env: BTreeMap<String, String> = self.base_env.iter().cloned().collect();
         env.extend(spec.env);
-        let sandbox = Arc::new(LocalSandbox::new(id.clone(), jail, limits.clone(), env));
+        let files = match FileAreas::open(&jail) {
+            Ok(f) => f,
+            Err(e) => {
+                jail.shutdown().await;
+                return Err(e);
+            }
+        };
+        let sandbox = Arc::new(LocalSandbox::new(
+            id.clone(),
+            jail,
+            files,
+            limits.clone(),
+            env,
+        ));
         let info = SandboxInfo {
             id: id.clone(),
             created_at: sandbox.created_at,
@@ -284,6 +315,40 @@ impl Backend for LocalBackend {
         ctx: ExecContext,
     ) -> Result<ExecOutcome, Error> {
         self.run(id, Work::Command(req), ctx).await
+    }
+
+    async fn list_files(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Listing, Error> {
+        let path = path.to_owned();
+        self.with_files(id, move |f| f.list(&path, recursive)).await
+    }
+
+    async fn read_file(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<FileContent, Error> {
+        let path = path.to_owned();
+        self.with_files(id, move |f| f.read(&path, offset, length))
+            .await
+    }
+
+    async fn write_file(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        data: Vec<u8>,
+        append: bool,
+    ) -> Result<FileWritten, Error> {
+        let path = path.to_owned();
+        self.with_files(id, move |f| f.write(&path, &data, append))
+            .await
     }
 
     async fn status(&self, id: &SandboxId) -> Result<SandboxStatus, Error> {

@@ -186,6 +186,7 @@ impl Layout {
                 devices: vec!["/dev".into()],
                 tcp_ports: self.tcp_ports.clone(),
             },
+            export_dirs: crate::files::AREAS.iter().map(PathBuf::from).collect(),
             resources: CgroupLimits {
                 memory_bytes: limits.memory_bytes(),
                 pids: limits.pids,

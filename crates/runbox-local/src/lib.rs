@@ -13,6 +13,7 @@
 //! Code never runs outside a jail here: every process is started by a sandbox's init.
 
 mod backend;
+mod files;
 mod kernel;
 mod layout;
 mod output;

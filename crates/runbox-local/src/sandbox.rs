@@ -1,5 +1,6 @@
 //! One local sandbox: its jail, its kernels (started on first use) and its bash state.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use runbox_core::{
@@ -8,6 +9,7 @@ use runbox_core::{
 use runbox_jail::Jail;
 use tokio::sync::Mutex;
 
+use crate::files::FileAreas;
 use crate::kernel::bash::{self, BashState};
 use crate::kernel::{Kernel, KernelError, spawn_failed};
 use crate::layout::{NODE_DRIVER, PYTHON_DRIVER};
@@ -46,6 +48,8 @@ pub(crate) struct LocalSandbox {
     pub(crate) jail: Jail,
     pub(crate) created_at: SystemTime,
     pub(crate) limits: Limits,
+    /// What the file tools reach.
+    pub(crate) files: Arc<FileAreas>,
     /// `KEY=VALUE` every kernel starts with: the base environment plus the caller's.
     env: Vec<String>,
     python: Mutex<KernelSlot>,
@@ -57,12 +61,14 @@ impl LocalSandbox {
     pub(crate) fn new(
         id: SandboxId,
         jail: Jail,
+        files: FileAreas,
         limits: Limits,
         env: std::collections::BTreeMap<String, String>,
     ) -> Self {
         Self {
             id,
             jail,
+            files: Arc::new(files),
             created_at: SystemTime::now(),
             limits,
             env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),

@@ -736,3 +736,192 @@ async fn a_hundred_sandboxes_at_once() {
         }
     }
 }
+
+/// What a refused file operation must look like: a caller error, and none of `secret`.
+fn refused<T: std::fmt::Debug>(r: Result<T, runbox_core::Error>, what: &str) {
+    let e = r.expect_err(what);
+    assert!(e.is_caller_error(), "{what}: {e}");
+}
+
+#[tokio::test]
+async fn file_tools_stay_inside_the_sandbox() {
+    let b = backend().await;
+    let id = sandbox(&b).await;
+    let tag = canary("filetools");
+    let host_dir = tempfile::tempdir().unwrap();
+    let host_secret = host_dir.path().join("secret.txt");
+    std::fs::write(&host_secret, &tag).unwrap();
+    let host = host_secret.display().to_string();
+    sh(
+        &b,
+        &id,
+        &format!(
+            "cd /workspace && ln -s /etc/passwd abs && ln -s ../../../../../../etc up && ln -s / root \
+             && ln -s /proc/1/environ initenv && ln -s /proc/self/root selfroot && ln -s {host} hostfile \
+             && mkdir -p /tmp/t && ln -s /workspace /tmp/t/cross"
+        ),
+    )
+    .await;
+    // `..` and paths outside the areas.
+    for path in [
+        "../../../../etc/passwd",
+        "/workspace/../../../etc/shadow",
+        "/workspace/../tmp/../../etc/passwd",
+        "/etc/passwd",
+        "/proc/1/environ",
+        "/proc/self/mem",
+        "/",
+        host.as_str(),
+    ] {
+        refused(b.read_file(&id, path, 0, None).await, path);
+        refused(b.list_files(&id, path, false).await, path);
+    }
+    // Symbolic links pointing out of the area, or across a mount, or through /proc.
+    for path in [
+        "abs",
+        "up/passwd",
+        "root/etc/hostname",
+        "initenv",
+        "selfroot/etc/passwd",
+        "hostfile",
+        "/tmp/t/cross/x",
+    ] {
+        refused(b.read_file(&id, path, 0, None).await, path);
+    }
+    // Listing a link reports the link itself and never what it points to.
+    for link in ["up", "root"] {
+        match b.list_files(&id, link, true).await {
+            Ok(l) => {
+                assert_eq!(l.entries.len(), 1, "{l:?}");
+                assert_eq!(l.entries[0].kind, runbox_core::FileKind::Symlink);
+                assert_eq!(l.entries[0].path, format!("/workspace/{link}"));
+            }
+            Err(e) => assert!(e.is_caller_error(), "{e}"),
+        }
+    }
+    refused(
+        b.list_files(&id, "root/etc", true).await,
+        "list through root",
+    );
+    // Writes through the same links, or with '..', create nothing anywhere on the host.
+    for path in [
+        format!("up/{tag}"),
+        format!("root/tmp/{tag}"),
+        format!("../{tag}"),
+        format!("/workspace/../../{tag}"),
+        "hostfile".to_string(),
+        format!("/tmp/t/cross/{tag}"),
+    ] {
+        refused(
+            b.write_file(&id, &path, tag.as_bytes().to_vec(), false)
+                .await,
+            &path,
+        );
+    }
+    // A recursive listing reports the links without following them.
+    let listing = b.list_files(&id, "/workspace", true).await.unwrap();
+    assert!(
+        listing
+            .entries
+            .iter()
+            .all(|e| e.path.starts_with("/workspace/")),
+        "{listing:?}"
+    );
+    let up = listing.entries.iter().find(|e| e.name == "up").unwrap();
+    assert_eq!(up.kind, runbox_core::FileKind::Symlink);
+    b.close(&id).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&host_secret).unwrap(),
+        tag,
+        "the host file changed"
+    );
+    for dir in ["/etc", "/tmp", "/"] {
+        assert!(
+            !std::path::Path::new(dir).join(&tag).exists(),
+            "{dir}/{tag} was created on the host"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_symlink_swapped_in_during_calls_never_leads_out() {
+    let b = backend().await;
+    let id = sandbox(&b).await;
+    let tag = canary("swap");
+    // Inside the sandbox, swap /workspace/d atomically (renameat2 RENAME_EXCHANGE) between a
+    // real directory and a symlink to / as fast as it can, while the server writes into and
+    // reads from it: the classic time-of-check/time-of-use attack on a privileged helper.
+    let flipper = r#"
+cd /workspace && mkdir d && echo inside > d/f && ln -s / other && cat > /tmp/flip.py <<'PY'
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+swap = lambda: libc.syscall(316, -100, b"/workspace/d", -100, b"/workspace/other", 2)
+if swap() != 0 or swap() != 0:
+    raise SystemExit("renameat2 failed")
+open("/workspace/flipping", "w").close()
+while True:
+    swap()
+PY
+(python3 /tmp/flip.py >/dev/null 2>&1 &) ; echo started"#;
+    assert_eq!(sh(&b, &id, flipper).await.stdout, "started\n");
+    for _ in 0..100 {
+        if b.read_file(&id, "flipping", 0, None).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    b.read_file(&id, "flipping", 0, None)
+        .await
+        .expect("the flipper did not start");
+    let (mut wrote, mut refusals, mut reads) = (0, 0, 0);
+    for i in 0..300 {
+        match b
+            .write_file(&id, &format!("d/{tag}-{i}"), b"x".to_vec(), false)
+            .await
+        {
+            Ok(w) => {
+                assert!(w.path.starts_with("/workspace/d/"));
+                wrote += 1;
+            }
+            Err(e) => {
+                assert!(e.is_caller_error(), "{e}");
+                refusals += 1;
+            }
+        }
+        match b.read_file(&id, "d/f", 0, None).await {
+            Ok(r) => {
+                assert_eq!(
+                    r.data, b"inside\n",
+                    "read something other than the sandbox's own file"
+                );
+                reads += 1;
+            }
+            Err(e) => assert!(e.is_caller_error(), "{e}"),
+        }
+        if let Ok(l) = b.list_files(&id, "d", false).await {
+            let the_link_itself =
+                l.entries.len() == 1 && l.entries[0].kind == runbox_core::FileKind::Symlink;
+            assert!(
+                the_link_itself
+                    || l.entries
+                        .iter()
+                        .all(|e| e.path.starts_with("/workspace/d/")),
+                "{l:?}"
+            );
+        }
+    }
+    // Both sides of the race were exercised.
+    assert!(
+        wrote > 0 && refusals > 0,
+        "wrote {wrote}, refused {refusals}: the swap did not race"
+    );
+    eprintln!("swap race: {wrote} writes inside, {refusals} refused, {reads} reads");
+    b.close(&id).await.unwrap();
+    for dir in ["/", "/tmp", "/etc"] {
+        let leaked = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&tag));
+        assert!(!leaked, "a write escaped to the host's {dir}");
+    }
+}

@@ -186,16 +186,25 @@ fn run_init(policy: &JailPolicy, ctrl: OwnedFd) -> ! {
     let mut report = LayerReport::default();
     match setup(policy, &ctrl, &mut report) {
         Ok(()) => {
+            let dirs = match export_dirs(policy) {
+                Ok(d) => d,
+                Err(e) => {
+                    send_failure(&ctrl, &e);
+                    sys::exit_now(EXIT_SETUP_FAILED);
+                }
+            };
+            let fds: Vec<_> = dirs.iter().map(AsFd::as_fd).collect();
             if proto::send(
                 ctrl.as_fd(),
                 &FromInit::Ready(report),
-                &[],
+                &fds,
                 MsgFlags::empty(),
             )
             .is_err()
             {
                 sys::exit_now(EXIT_SETUP_FAILED);
             }
+            drop(dirs);
             sys::exit_now(supervisor::serve(ctrl))
         }
         Err(e) => {
@@ -233,6 +242,27 @@ fn setup(policy: &JailPolicy, ctrl: &OwnedFd, report: &mut LayerReport) -> Resul
     wait_for_go(ctrl)?;
     unshare(CloneFlags::CLONE_NEWCGROUP).map_err(SetupError::at("unshare the cgroup namespace"))?;
     lockdown::apply(policy, report)
+}
+
+/// Opens the directories the host asked for, as `O_PATH` descriptors of this tree.
+fn export_dirs(policy: &JailPolicy) -> Result<Vec<OwnedFd>, SetupError> {
+    use nix::fcntl::{OFlag, open};
+    if policy.spec.export_dirs.len() > proto::MAX_FDS {
+        return Err(SetupError::new("export directories", "too many"));
+    }
+    policy
+        .spec
+        .export_dirs
+        .iter()
+        .map(|d| {
+            open(
+                d,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(SetupError::at(format!("open {}", d.display())))
+        })
+        .collect()
 }
 
 /// Waits until the host has moved stage one and the init into the sandbox's cgroup.

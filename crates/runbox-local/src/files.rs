@@ -1,0 +1,403 @@
+//! The file tools' side of a local sandbox: list, read and write files from the host.
+//!
+//! The server may be root, so this is an escape path unless every path stays inside the
+//! sandbox. The host holds a directory descriptor for each area the tools may reach (the
+//! sandbox's `/workspace` and `/tmp`, each a tmpfs of its own), handed over by the sandbox's
+//! init before any sandboxed code ran.
+//! Every path resolves beneath one of them with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)`: no `..`, absolute symlink, magic link or mount
+//! crossing can leave the area, not into the host and not into the sandbox's own `/proc`
+//! either (which a root server could otherwise read regardless of the sandbox's
+//! protections). Resolution is atomic per call, so a symlink swapped in during a call is
+//! either followed within the area or refused. Files the server creates belong to the
+//! sandbox's user.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path};
+use std::time::{Duration, SystemTime};
+
+use runbox_core::{Error, FileContent, FileEntry, FileKind, FileWritten, Listing};
+use rustix::fs::{
+    AtFlags, Dir, FileType, Gid, Mode, OFlags, ResolveFlags, Uid, fchown, fstat, mkdirat, openat2,
+    statat,
+};
+use rustix::io::Errno;
+
+/// Most bytes one read returns; larger files are read in parts with offset and length.
+pub(crate) const MAX_READ: u64 = 8 << 20;
+/// Most bytes one write takes.
+pub(crate) const MAX_WRITE: usize = 32 << 20;
+/// Most entries one listing returns.
+pub(crate) const MAX_LIST: usize = 10_000;
+/// Deepest directory a recursive listing enters.
+const MAX_DEPTH: usize = 64;
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_MAGICLINKS)
+    .union(ResolveFlags::NO_XDEV);
+
+struct Area {
+    /// Where it is mounted in the sandbox.
+    mount: &'static str,
+    /// An `O_PATH` descriptor of that directory, held since the sandbox was created.
+    fd: OwnedFd,
+}
+
+/// The parts of a sandbox the file tools reach.
+pub(crate) struct FileAreas {
+    areas: Vec<Area>,
+    /// The sandbox's uid and gid when the server is root (files it creates are chowned).
+    owner: Option<(u32, u32)>,
+}
+
+impl std::fmt::Debug for FileAreas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mounts: Vec<&str> = self.areas.iter().map(|a| a.mount).collect();
+        f.debug_struct("FileAreas")
+            .field("areas", &mounts)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+/// The mounts the file tools reach, in the order paths are matched.
+pub(crate) const AREAS: [&str; 2] = ["/workspace", "/tmp"];
+
+fn outside(path: &str) -> Error {
+    Error::InvalidRequest(format!(
+        "{path} is outside the file tools' reach: they work in {} (a relative path is taken from \
+         /workspace); read other files with run_command, e.g. `cat`",
+        AREAS.join(" and ")
+    ))
+}
+
+fn io_error(path: &str, what: &str, e: Errno) -> Error {
+    match e {
+        Errno::NOENT => Error::InvalidRequest(format!("{path}: no such file or directory")),
+        Errno::XDEV | Errno::LOOP => Error::InvalidRequest(format!(
+            "{path} leads outside {} (through '..', a symbolic link or a mount); refused",
+            AREAS.join(" and ")
+        )),
+        Errno::NOTDIR => {
+            Error::InvalidRequest(format!("{path}: a part of the path is not a directory"))
+        }
+        Errno::ISDIR => Error::InvalidRequest(format!("{path} is a directory")),
+        Errno::ACCESS | Errno::PERM | Errno::ROFS => {
+            Error::InvalidRequest(format!("{path}: permission denied"))
+        }
+        Errno::NOSPC | Errno::DQUOT => Error::LimitReached(format!(
+            "no space left for {path}: the sandbox's disk (its tmpfs size or file count) is full; delete files \
+             you no longer need"
+        )),
+        Errno::FBIG => Error::LimitReached(format!(
+            "{path}: the file is larger than the sandbox allows"
+        )),
+        Errno::NAMETOOLONG => Error::InvalidRequest(format!("{path}: name too long")),
+        e => Error::sandbox_caused_by(format!("{what} {path}"), std::io::Error::from(e)),
+    }
+}
+
+fn kind_of(mode: u32) -> FileKind {
+    match FileType::from_raw_mode(mode) {
+        FileType::RegularFile => FileKind::File,
+        FileType::Directory => FileKind::Directory,
+        FileType::Symlink => FileKind::Symlink,
+        _ => FileKind::Other,
+    }
+}
+
+fn modified(stat: &rustix::fs::Stat) -> SystemTime {
+    let secs = u64::try_from(stat.st_mtime).unwrap_or(0);
+    let nanos = u32::try_from(stat.st_mtime_nsec).unwrap_or(0);
+    SystemTime::UNIX_EPOCH + Duration::new(secs, nanos)
+}
+
+impl FileAreas {
+    /// Opens the areas of a freshly started sandbox.
+    pub(crate) fn open(jail: &runbox_jail::Jail) -> Result<Self, Error> {
+        let mut areas = Vec::new();
+        for mount in AREAS {
+            let fd = jail
+                .exported_dir(Path::new(mount))
+                .ok_or_else(|| Error::sandbox(format!("the sandbox did not export {mount}")))?
+                .try_clone_to_owned()
+                .map_err(|e| {
+                    Error::sandbox_caused_by(format!("cannot keep the sandbox's {mount}"), e)
+                })?;
+            areas.push(Area { mount, fd });
+        }
+        let owner = match jail.identity() {
+            runbox_jail::policy::Identity::HostUid { uid, gid } => Some((*uid, *gid)),
+            runbox_jail::policy::Identity::UserNamespace { .. } => None,
+        };
+        Ok(Self { areas, owner })
+    }
+
+    /// The area a sandbox path is in, and the path relative to it (`.` for the area itself).
+    fn locate(&self, path: &str) -> Result<(&Area, String, String), Error> {
+        if path.contains('\0') {
+            return Err(Error::InvalidRequest(
+                "a path must not contain NUL bytes".into(),
+            ));
+        }
+        let absolute = if path.starts_with('/') {
+            path.to_owned()
+        } else {
+            format!("/workspace/{path}")
+        };
+        for area in &self.areas {
+            if let Ok(rel) = Path::new(&absolute).strip_prefix(area.mount) {
+                let rel = rel.to_string_lossy().into_owned();
+                let rel = if rel.is_empty() { ".".to_owned() } else { rel };
+                let shown = absolute.trim_end_matches('/').to_owned();
+                return Ok((area, rel, if shown.is_empty() { "/".into() } else { shown }));
+            }
+        }
+        Err(outside(path))
+    }
+
+    fn chown(&self, fd: impl AsFd) -> rustix::io::Result<()> {
+        match self.owner {
+            Some((uid, gid)) => fchown(fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid))),
+            None => Ok(()),
+        }
+    }
+
+    /// Lists `path` (a directory, or a single file), recursively with `recursive`.
+    pub(crate) fn list(&self, path: &str, recursive: bool) -> Result<Listing, Error> {
+        let (area, rel, shown) = self.locate(path)?;
+        // Resolve beneath the area first (a symlink at the end is reported, not followed);
+        // nothing here may touch a path outside it, not even to stat it.
+        let target = openat2(
+            &area.fd,
+            &rel,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .map_err(|e| io_error(&shown, "open", e))?;
+        let stat = fstat(&target).map_err(|e| io_error(&shown, "stat", e))?;
+        let mut out = Listing::default();
+        if kind_of(stat.st_mode) != FileKind::Directory {
+            let name = Path::new(&shown)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            out.entries.push(FileEntry {
+                name,
+                path: shown,
+                kind: kind_of(stat.st_mode),
+                size: stat.st_size as u64,
+                modified: modified(&stat),
+            });
+            return Ok(out);
+        }
+        let dir = openat2(
+            &target,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .map_err(|e| io_error(&shown, "open", e))?;
+        walk(&dir, &shown, recursive, 0, &mut out).map_err(|e| io_error(&shown, "list", e))?;
+        Ok(out)
+    }
+
+    /// Reads up to `length` bytes (at most [`MAX_READ`]) of `path` from `offset`.
+    pub(crate) fn read(
+        &self,
+        path: &str,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<FileContent, Error> {
+        if let Some(l) = length.filter(|l| *l > MAX_READ) {
+            return Err(Error::LimitReached(format!(
+                "length {l} exceeds the {MAX_READ}-byte maximum of one read; read in parts with offset and length"
+            )));
+        }
+        let (area, rel, shown) = self.locate(path)?;
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let fd = openat2(&area.fd, &rel, flags, Mode::empty(), RESOLVE)
+            .map_err(|e| io_error(&shown, "open", e))?;
+        let stat = fstat(&fd).map_err(|e| io_error(&shown, "stat", e))?;
+        match kind_of(stat.st_mode) {
+            FileKind::File => {}
+            FileKind::Directory => {
+                return Err(Error::InvalidRequest(format!(
+                    "{shown} is a directory; use list_files"
+                )));
+            }
+            _ => {
+                return Err(Error::InvalidRequest(format!(
+                    "{shown} is not a regular file"
+                )));
+            }
+        }
+        let size = stat.st_size as u64;
+        let want = length.unwrap_or(MAX_READ).min(size.saturating_sub(offset));
+        let mut data = vec![0u8; usize::try_from(want).unwrap_or(0)];
+        let mut got = 0;
+        while got < data.len() {
+            match rustix::io::pread(&fd, &mut data[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(io_error(&shown, "read", e)),
+            }
+        }
+        data.truncate(got);
+        Ok(FileContent {
+            path: shown,
+            data,
+            offset,
+            size,
+        })
+    }
+
+    /// Writes (or appends) `data` to `path`, creating missing parent directories.
+    pub(crate) fn write(
+        &self,
+        path: &str,
+        data: &[u8],
+        append: bool,
+    ) -> Result<FileWritten, Error> {
+        if data.len() > MAX_WRITE {
+            return Err(Error::LimitReached(format!(
+                "{} bytes exceed the {MAX_WRITE}-byte maximum of one write; write in parts with append",
+                data.len()
+            )));
+        }
+        let (area, rel, shown) = self.locate(path)?;
+        let rel = Path::new(&rel);
+        let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+        for c in rel.components() {
+            match c {
+                Component::Normal(p) => parts.push(p),
+                Component::CurDir => {}
+                _ => {
+                    return Err(Error::InvalidRequest(format!(
+                        "{shown}: '..' is not allowed in a path to write; give the path from {}",
+                        area.mount
+                    )));
+                }
+            }
+        }
+        let Some(name) = parts.pop() else {
+            return Err(Error::InvalidRequest(format!(
+                "{shown} is a directory; give a file name"
+            )));
+        };
+        // Directories are opened for reading (not O_PATH): a new one must be chowned.
+        let mut dir = openat2(
+            &area.fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .map_err(|e| io_error(&shown, "open", e))?;
+        for part in parts {
+            let open = |d: &OwnedFd| {
+                openat2(
+                    d,
+                    part,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                    RESOLVE,
+                )
+            };
+            dir = match open(&dir) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => {
+                    match mkdirat(&dir, part, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(io_error(&shown, "create a directory for", e)),
+                    }
+                    let fd = open(&dir).map_err(|e| io_error(&shown, "open", e))?;
+                    self.chown(&fd).map_err(|e| io_error(&shown, "chown", e))?;
+                    fd
+                }
+                Err(e) => return Err(io_error(&shown, "open", e)),
+            };
+        }
+        let mode = if append {
+            OFlags::APPEND
+        } else {
+            OFlags::TRUNC
+        };
+        let flags = OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::CLOEXEC
+            | OFlags::NONBLOCK
+            | OFlags::NOCTTY
+            | mode;
+        let fd = openat2(&dir, name, flags, Mode::from_raw_mode(0o644), RESOLVE)
+            .map_err(|e| io_error(&shown, "open", e))?;
+        if kind_of(fstat(&fd).map_err(|e| io_error(&shown, "stat", e))?.st_mode) != FileKind::File {
+            return Err(Error::InvalidRequest(format!(
+                "{shown} is not a regular file"
+            )));
+        }
+        self.chown(&fd).map_err(|e| io_error(&shown, "chown", e))?;
+        let mut rest = data;
+        while !rest.is_empty() {
+            match rustix::io::write(&fd, rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(io_error(&shown, "write", e)),
+            }
+        }
+        let size = fstat(&fd).map_err(|e| io_error(&shown, "stat", e))?.st_size as u64;
+        Ok(FileWritten { path: shown, size })
+    }
+}
+
+/// Lists `dir` into `out`, depth first, names in order, never following symbolic links.
+fn walk(
+    dir: &OwnedFd,
+    shown: &str,
+    recursive: bool,
+    depth: usize,
+    out: &mut Listing,
+) -> rustix::io::Result<()> {
+    let mut names: Vec<std::ffi::CString> = Vec::new();
+    for entry in Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_bytes() != b"." && name.to_bytes() != b".." {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort();
+    for name in names {
+        if out.entries.len() >= MAX_LIST {
+            out.truncated = true;
+            return Ok(());
+        }
+        let Ok(stat) = statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        let display = name.to_string_lossy().into_owned();
+        let path = if shown == "/" {
+            format!("/{display}")
+        } else {
+            format!("{shown}/{display}")
+        };
+        let kind = kind_of(stat.st_mode);
+        out.entries.push(FileEntry {
+            name: display,
+            path: path.clone(),
+            kind,
+            size: stat.st_size as u64,
+            modified: modified(&stat),
+        });
+        if recursive && kind == FileKind::Directory && depth < MAX_DEPTH {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            if let Ok(sub) = openat2(dir, name.as_c_str(), flags, Mode::empty(), RESOLVE) {
+                walk(&sub, &path, recursive, depth + 1, out)?;
+            }
+        }
+    }
+    Ok(())
+}
