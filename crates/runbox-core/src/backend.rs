@@ -61,6 +61,13 @@ pub trait Backend: Send + Sync + 'static {
         append: bool,
     ) -> Result<FileWritten>;
 
+    /// The files under `/workspace`, to tell what a run created or changed (see
+    /// [`crate::changes`]). A backend may skip bulky trees (package directories) and cap the
+    /// listing lower than [`Backend::list_files`] does; by default it is that listing.
+    async fn workspace_snapshot(&self, id: &SandboxId) -> Result<Listing> {
+        self.list_files(id, "/workspace", true).await
+    }
+
     /// Reports a sandbox's state and resource use.
     async fn status(&self, id: &SandboxId) -> Result<SandboxStatus>;
 

@@ -21,6 +21,13 @@ pub enum Error {
         id: String,
     },
 
+    /// A path given to a file operation names nothing in the sandbox.
+    #[error("{path}: no such file or directory")]
+    FileNotFound {
+        /// The path, as the sandbox sees it.
+        path: String,
+    },
+
     /// The language is known but cannot run here (interpreter missing on this host, say).
     #[error("{language} is not available: {reason}")]
     LanguageUnavailable {
@@ -89,6 +96,7 @@ impl Error {
         matches!(
             self,
             Self::SandboxNotFound { .. }
+                | Self::FileNotFound { .. }
                 | Self::LanguageUnavailable { .. }
                 | Self::InvalidRequest(_)
                 | Self::LimitReached(_)

@@ -28,7 +28,7 @@ pub use exec::{
     CommandRequest, ExecContext, ExecError, ExecOutcome, ExecRequest, Language, OutputChunk,
     OutputSink, OutputStream, RichResult,
 };
-pub use files::{FileContent, FileEntry, FileKind, FileWritten, Listing};
+pub use files::{Changes, FileContent, FileEntry, FileKind, FileWritten, Listing, changes};
 pub use limits::{Limits, LimitsError};
-pub use registry::{CreateRequest, Ran, Registry, RegistryConfig, SandboxView, Work};
+pub use registry::{CreateRequest, MAX_CHANGES, Ran, Registry, RegistryConfig, SandboxView, Work};
 pub use sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};

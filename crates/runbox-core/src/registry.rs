@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::exec::{CommandRequest, ExecContext, ExecOutcome, ExecRequest, Language};
-use crate::files::{FileContent, FileWritten, Listing};
+use crate::files::{Changes, FileContent, FileWritten, Listing, changes};
 use crate::limits::Limits;
 use crate::sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};
 
@@ -34,6 +34,9 @@ pub struct RegistryConfig {
     pub pool_size: usize,
     /// How often expired sandboxes are looked for.
     pub reap_interval: Duration,
+    /// Whether a run in a named sandbox reports the files it created or changed under
+    /// `/workspace` ([`Ran::changes`]); it costs a snapshot before and after the run.
+    pub track_changes: bool,
 }
 
 impl Default for RegistryConfig {
@@ -43,6 +46,7 @@ impl Default for RegistryConfig {
             max_idle_timeout: Duration::from_secs(24 * 3600),
             pool_size: 0,
             reap_interval: Duration::from_secs(1),
+            track_changes: true,
         }
     }
 }
@@ -78,7 +82,13 @@ pub struct Ran {
     pub ephemeral: bool,
     /// What the work produced.
     pub outcome: ExecOutcome,
+    /// Files under `/workspace` it created or changed, when tracked (never for a one-shot
+    /// sandbox, which is gone by the time anyone could read them).
+    pub changes: Option<Changes>,
 }
+
+/// Most changed files a run reports.
+pub const MAX_CHANGES: usize = 20;
 
 /// A sandbox as its owner sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -309,21 +319,25 @@ impl Registry {
     ) -> Result<Ran> {
         match sandbox {
             Some(id) => {
-                let outcome = self.run_in(owner, id, work, ctx).await?;
+                let (outcome, changes) = self
+                    .run_in(owner, id, work, ctx, self.config.track_changes)
+                    .await?;
                 Ok(Ran {
                     sandbox_id: id.clone(),
                     ephemeral: false,
                     outcome,
+                    changes,
                 })
             }
             None => {
                 let (view, _) = self.create(owner, CreateRequest::default()).await?;
-                let r = self.run_in(owner, &view.id, work, ctx).await;
+                let r = self.run_in(owner, &view.id, work, ctx, false).await;
                 self.close_later(&view.id).await;
                 Ok(Ran {
                     sandbox_id: view.id,
                     ephemeral: true,
-                    outcome: r?,
+                    outcome: r?.0,
+                    changes: None,
                 })
             }
         }
@@ -335,14 +349,36 @@ impl Registry {
         id: &SandboxId,
         work: Work,
         ctx: ExecContext,
-    ) -> Result<ExecOutcome> {
+        track: bool,
+    ) -> Result<(ExecOutcome, Option<Changes>)> {
         let _busy = self.acquire(owner, id)?;
+        let before = if track { self.snapshot(id).await } else { None };
         let r = match work {
             Work::Code(req) => self.backend.exec(id, req, ctx).await,
             Work::Command(req) => self.backend.command(id, req, ctx).await,
         };
         self.forget_if_gone(id, &r);
-        r
+        let outcome = r?;
+        let changes = match before {
+            Some(before) => self
+                .snapshot(id)
+                .await
+                .and_then(|after| changes(&before, &after, MAX_CHANGES)),
+            None => None,
+        };
+        Ok((outcome, changes))
+    }
+
+    /// A snapshot of a sandbox's /workspace, or `None` (logged) when it cannot be taken:
+    /// change tracking is a convenience and never fails a run.
+    async fn snapshot(&self, id: &SandboxId) -> Option<Listing> {
+        match self.backend.workspace_snapshot(id).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::debug!(sandbox = %id, "no workspace snapshot: {e}");
+                None
+            }
+        }
     }
 
     /// Closes a sandbox in the background: the answer need not wait for the teardown, and

@@ -1,7 +1,7 @@
 //! The local backend: sandboxes on this machine, through [`runbox_jail`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -36,6 +36,8 @@ pub struct LocalConfig {
     /// TCP ports sandboxed code may bind and connect to on its own loopback (none by
     /// default: Landlock refuses all TCP).
     pub sandbox_tcp_ports: Vec<u16>,
+    /// The operator's data files, mounted read-only at `/data` in every sandbox.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for LocalConfig {
@@ -48,6 +50,7 @@ impl Default for LocalConfig {
             kernel_start_timeout: Duration::from_secs(30),
             interrupt_grace: Duration::from_secs(2),
             sandbox_tcp_ports: Vec::new(),
+            data_dir: None,
         }
     }
 }
@@ -99,10 +102,18 @@ impl LocalBackend {
             .default_limits
             .validate()
             .map_err(|e| Error::InvalidRequest(format!("default limits: {e}")))?;
+        let data_dir = match &config.data_dir {
+            Some(d) => Some(check_data_dir(d)?),
+            None => None,
+        };
         let host = JailHost::new(config.jail.clone())
             .map_err(|e| Error::sandbox_caused_by("cannot prepare the local sandbox host", e))?;
         let runtime = Runtime::discover(&config.interpreters).await;
-        let layout = Layout::plan(&runtime, config.sandbox_tcp_ports.clone());
+        let layout = Layout::plan(
+            &runtime,
+            config.sandbox_tcp_ports.clone(),
+            data_dir.as_deref(),
+        );
         let base_env = Layout::base_env(&runtime);
         match host.cgroups() {
             Ok(c) => {
@@ -229,6 +240,45 @@ impl LocalBackend {
     }
 }
 
+/// The operator's data directory, made absolute, once checked to be a directory. As root,
+/// sandboxes run as unprivileged uids: files they could not read are named in a warning.
+fn check_data_dir(dir: &Path) -> Result<PathBuf, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let bad =
+        |what: String| Error::InvalidRequest(format!("data directory {}: {what}", dir.display()));
+    let dir = std::fs::canonicalize(dir).map_err(|e| bad(e.to_string()))?;
+    let meta = std::fs::metadata(&dir).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(bad("not a directory".into()));
+    }
+    if nix::unistd::geteuid().is_root() {
+        let unreadable: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(|e| bad(e.to_string()))?
+            .flatten()
+            .filter(|e| {
+                e.metadata()
+                    .is_ok_and(|m| m.permissions().mode() & 0o004 == 0)
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if meta.permissions().mode() & 0o005 != 0o005 {
+            tracing::warn!(
+                dir = %dir.display(),
+                "the data directory is not readable and searchable by others: sandboxes, which \
+                 run as unprivileged users, will not see its files (chmod o+rx)"
+            );
+        } else if !unreadable.is_empty() {
+            tracing::warn!(
+                dir = %dir.display(),
+                files = %unreadable.join(", "),
+                "data files not readable by others: sandboxes, which run as unprivileged users, \
+                 cannot read them (chmod o+r)"
+            );
+        }
+    }
+    Ok(dir)
+}
+
 /// Releases a reserved creation slot if creation fails or is abandoned.
 struct Reservation<'a> {
     backend: &'a LocalBackend,
@@ -274,7 +324,7 @@ impl Backend for LocalBackend {
         tracing::debug!(sandbox = %id, layers = ?jail.report(), "sandbox created");
         let mut env: BTreeMap<String, String> = self.base_env.iter().cloned().collect();
         env.extend(spec.env);
-        let files = match FileAreas::open(&jail) {
+        let files = match FileAreas::open(&jail, &self.layout.export_dirs) {
             Ok(f) => f,
             Err(e) => {
                 jail.shutdown().await;
@@ -349,6 +399,10 @@ impl Backend for LocalBackend {
         let path = path.to_owned();
         self.with_files(id, move |f| f.write(&path, &data, append))
             .await
+    }
+
+    async fn workspace_snapshot(&self, id: &SandboxId) -> Result<Listing, Error> {
+        self.with_files(id, FileAreas::snapshot).await
     }
 
     async fn status(&self, id: &SandboxId) -> Result<SandboxStatus, Error> {

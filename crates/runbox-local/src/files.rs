@@ -13,7 +13,7 @@
 //! sandbox's user.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use runbox_core::{Error, FileContent, FileEntry, FileKind, FileWritten, Listing};
@@ -26,9 +26,11 @@ use rustix::io::Errno;
 /// Most bytes one read returns; larger files are read in parts with offset and length.
 pub(crate) const MAX_READ: u64 = 8 << 20;
 /// Most bytes one write takes.
-pub(crate) const MAX_WRITE: usize = 32 << 20;
+pub(crate) const MAX_WRITE: usize = 16 << 20;
 /// Most entries one listing returns.
 pub(crate) const MAX_LIST: usize = 10_000;
+/// Most entries a snapshot of /workspace takes (see [`FileAreas::snapshot`]).
+const MAX_SNAPSHOT: usize = 5_000;
 /// Deepest directory a recursive listing enters.
 const MAX_DEPTH: usize = 64;
 
@@ -38,9 +40,11 @@ const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
 
 struct Area {
     /// Where it is mounted in the sandbox.
-    mount: &'static str,
+    mount: String,
     /// An `O_PATH` descriptor of that directory, held since the sandbox was created.
     fd: OwnedFd,
+    /// Whether the tools may only read there.
+    read_only: bool,
 }
 
 /// The parts of a sandbox the file tools reach.
@@ -52,7 +56,7 @@ pub(crate) struct FileAreas {
 
 impl std::fmt::Debug for FileAreas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mounts: Vec<&str> = self.areas.iter().map(|a| a.mount).collect();
+        let mounts: Vec<&str> = self.areas.iter().map(|a| a.mount.as_str()).collect();
         f.debug_struct("FileAreas")
             .field("areas", &mounts)
             .field("owner", &self.owner)
@@ -60,23 +64,20 @@ impl std::fmt::Debug for FileAreas {
     }
 }
 
-/// The mounts the file tools reach, in the order paths are matched.
+/// The writable mounts the file tools reach; the operator's data, when there is some, is
+/// reached read-only at [`DATA_DIR`].
 pub(crate) const AREAS: [&str; 2] = ["/workspace", "/tmp"];
-
-fn outside(path: &str) -> Error {
-    Error::InvalidRequest(format!(
-        "{path} is outside the file tools' reach: they work in {} (a relative path is taken from \
-         /workspace); read other files with run_command, e.g. `cat`",
-        AREAS.join(" and ")
-    ))
-}
+/// Where the operator's data directory is mounted, read-only.
+pub(crate) const DATA_DIR: &str = "/data";
 
 fn io_error(path: &str, what: &str, e: Errno) -> Error {
     match e {
-        Errno::NOENT => Error::InvalidRequest(format!("{path}: no such file or directory")),
+        Errno::NOENT => Error::FileNotFound {
+            path: path.to_owned(),
+        },
         Errno::XDEV | Errno::LOOP => Error::InvalidRequest(format!(
-            "{path} leads outside {} (through '..', a symbolic link or a mount); refused",
-            AREAS.join(" and ")
+            "{path} leads outside the directory it names (through '..', a symbolic link or a \
+             mount); refused"
         )),
         Errno::NOTDIR => {
             Error::InvalidRequest(format!("{path}: a part of the path is not a directory"))
@@ -113,24 +114,38 @@ fn modified(stat: &rustix::fs::Stat) -> SystemTime {
 }
 
 impl FileAreas {
-    /// Opens the areas of a freshly started sandbox.
-    pub(crate) fn open(jail: &runbox_jail::Jail) -> Result<Self, Error> {
+    /// Takes the areas `mounts` (those its spec exported) of a freshly started sandbox.
+    pub(crate) fn open(jail: &runbox_jail::Jail, mounts: &[PathBuf]) -> Result<Self, Error> {
         let mut areas = Vec::new();
-        for mount in AREAS {
+        for mount in mounts {
+            let mount = mount.to_string_lossy().into_owned();
             let fd = jail
-                .exported_dir(Path::new(mount))
+                .exported_dir(Path::new(&mount))
                 .ok_or_else(|| Error::sandbox(format!("the sandbox did not export {mount}")))?
                 .try_clone_to_owned()
                 .map_err(|e| {
                     Error::sandbox_caused_by(format!("cannot keep the sandbox's {mount}"), e)
                 })?;
-            areas.push(Area { mount, fd });
+            areas.push(Area {
+                read_only: mount == DATA_DIR,
+                mount,
+                fd,
+            });
         }
         let owner = match jail.identity() {
             runbox_jail::policy::Identity::HostUid { uid, gid } => Some((*uid, *gid)),
             runbox_jail::policy::Identity::UserNamespace { .. } => None,
         };
         Ok(Self { areas, owner })
+    }
+
+    fn outside(&self, path: &str) -> Error {
+        let mounts: Vec<&str> = self.areas.iter().map(|a| a.mount.as_str()).collect();
+        Error::InvalidRequest(format!(
+            "{path} is outside the file tools' reach: they work in {} (a relative path is taken \
+             from /workspace); read other files with run_command, e.g. `cat`",
+            mounts.join(", ")
+        ))
     }
 
     /// The area a sandbox path is in, and the path relative to it (`.` for the area itself).
@@ -146,14 +161,14 @@ impl FileAreas {
             format!("/workspace/{path}")
         };
         for area in &self.areas {
-            if let Ok(rel) = Path::new(&absolute).strip_prefix(area.mount) {
+            if let Ok(rel) = Path::new(&absolute).strip_prefix(&area.mount) {
                 let rel = rel.to_string_lossy().into_owned();
                 let rel = if rel.is_empty() { ".".to_owned() } else { rel };
                 let shown = absolute.trim_end_matches('/').to_owned();
                 return Ok((area, rel, if shown.is_empty() { "/".into() } else { shown }));
             }
         }
-        Err(outside(path))
+        Err(self.outside(path))
     }
 
     fn chown(&self, fd: impl AsFd) -> rustix::io::Result<()> {
@@ -200,7 +215,38 @@ impl FileAreas {
             RESOLVE,
         )
         .map_err(|e| io_error(&shown, "open", e))?;
-        walk(&dir, &shown, recursive, 0, &mut out).map_err(|e| io_error(&shown, "list", e))?;
+        let walk = Walk {
+            recursive,
+            prune: false,
+            max: MAX_LIST,
+        };
+        walk.dir(&dir, &shown, 0, &mut out)
+            .map_err(|e| io_error(&shown, "list", e))?;
+        Ok(out)
+    }
+
+    /// Everything under /workspace, to tell which files a run created or changed: like a
+    /// recursive listing, but without descending into hidden directories or the trees
+    /// package managers fill (`node_modules`, `__pycache__`, `site-packages`), and capped
+    /// lower, so that a run in a big workspace stays cheap.
+    pub(crate) fn snapshot(&self) -> Result<Listing, Error> {
+        let (area, _, shown) = self.locate("/workspace")?;
+        let dir = openat2(
+            &area.fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .map_err(|e| io_error(&shown, "open", e))?;
+        let mut out = Listing::default();
+        let walk = Walk {
+            recursive: true,
+            prune: true,
+            max: MAX_SNAPSHOT,
+        };
+        walk.dir(&dir, &shown, 0, &mut out)
+            .map_err(|e| io_error(&shown, "list", e))?;
         Ok(out)
     }
 
@@ -269,6 +315,12 @@ impl FileAreas {
             )));
         }
         let (area, rel, shown) = self.locate(path)?;
+        if area.read_only {
+            return Err(Error::InvalidRequest(format!(
+                "{shown}: {} is read-only (the operator's data); write to /workspace instead",
+                area.mount
+            )));
+        }
         let rel = Path::new(&rel);
         let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
         for c in rel.components() {
@@ -353,51 +405,68 @@ impl FileAreas {
     }
 }
 
-/// Lists `dir` into `out`, depth first, names in order, never following symbolic links.
-fn walk(
-    dir: &OwnedFd,
-    shown: &str,
+/// Directories a snapshot does not enter: where package managers and tools keep their
+/// trees, which are large and rarely what a run is meant to produce.
+const PRUNED: [&[u8]; 4] = [b"node_modules", b"__pycache__", b"site-packages", b"venv"];
+
+/// How a directory is listed.
+struct Walk {
     recursive: bool,
-    depth: usize,
-    out: &mut Listing,
-) -> rustix::io::Result<()> {
-    let mut names: Vec<std::ffi::CString> = Vec::new();
-    for entry in Dir::read_from(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if name.to_bytes() != b"." && name.to_bytes() != b".." {
-            names.push(name.to_owned());
-        }
-    }
-    names.sort();
-    for name in names {
-        if out.entries.len() >= MAX_LIST {
-            out.truncated = true;
-            return Ok(());
-        }
-        let Ok(stat) = statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) else {
-            continue;
-        };
-        let display = name.to_string_lossy().into_owned();
-        let path = if shown == "/" {
-            format!("/{display}")
-        } else {
-            format!("{shown}/{display}")
-        };
-        let kind = kind_of(stat.st_mode);
-        out.entries.push(FileEntry {
-            name: display,
-            path: path.clone(),
-            kind,
-            size: stat.st_size as u64,
-            modified: modified(&stat),
-        });
-        if recursive && kind == FileKind::Directory && depth < MAX_DEPTH {
-            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            if let Ok(sub) = openat2(dir, name.as_c_str(), flags, Mode::empty(), RESOLVE) {
-                walk(&sub, &path, recursive, depth + 1, out)?;
+    /// Skip hidden directories and [`PRUNED`] ones.
+    prune: bool,
+    /// Most entries.
+    max: usize,
+}
+
+impl Walk {
+    /// Lists `dir` into `out`, depth first, names in order, never following symbolic links.
+    fn dir(
+        &self,
+        dir: &OwnedFd,
+        shown: &str,
+        depth: usize,
+        out: &mut Listing,
+    ) -> rustix::io::Result<()> {
+        let mut names: Vec<std::ffi::CString> = Vec::new();
+        for entry in Dir::read_from(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name.to_bytes() != b"." && name.to_bytes() != b".." {
+                names.push(name.to_owned());
             }
         }
+        names.sort();
+        for name in names {
+            if out.entries.len() >= self.max {
+                out.truncated = true;
+                return Ok(());
+            }
+            let Ok(stat) = statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            let display = name.to_string_lossy().into_owned();
+            let path = if shown == "/" {
+                format!("/{display}")
+            } else {
+                format!("{shown}/{display}")
+            };
+            let kind = kind_of(stat.st_mode);
+            out.entries.push(FileEntry {
+                name: display,
+                path: path.clone(),
+                kind,
+                size: stat.st_size as u64,
+                modified: modified(&stat),
+            });
+            let bytes = name.to_bytes();
+            let pruned = self.prune && (bytes.starts_with(b".") || PRUNED.contains(&bytes));
+            if self.recursive && kind == FileKind::Directory && depth < MAX_DEPTH && !pruned {
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                if let Ok(sub) = openat2(dir, name.as_c_str(), flags, Mode::empty(), RESOLVE) {
+                    self.dir(&sub, &path, depth + 1, out)?;
+                }
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }

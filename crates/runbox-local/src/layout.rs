@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use runbox_core::Limits;
 use runbox_jail::{Bind, CgroupLimits, File, JailSpec, LandlockPolicy, Rlimits, Tmpfs};
 
+use crate::files::{AREAS, DATA_DIR};
 use crate::runtime::Runtime;
 
 /// Where the kernel drivers live inside every sandbox.
@@ -46,6 +47,8 @@ pub(crate) struct Layout {
     files: Vec<File>,
     read_exec: Vec<PathBuf>,
     tcp_ports: Vec<u16>,
+    /// The directories the file tools reach, exported by every sandbox's init.
+    pub(crate) export_dirs: Vec<PathBuf>,
 }
 
 fn file(path: &str, contents: impl Into<String>, mode: u32) -> File {
@@ -57,8 +60,9 @@ fn file(path: &str, contents: impl Into<String>, mode: u32) -> File {
 }
 
 impl Layout {
-    /// Plans the layout for the interpreters in `runtime`, reading the host's top level.
-    pub(crate) fn plan(runtime: &Runtime, tcp_ports: Vec<u16>) -> Self {
+    /// Plans the layout for the interpreters in `runtime`, reading the host's top level;
+    /// `data_dir` (the operator's data files) is bound read-only at `/data`.
+    pub(crate) fn plan(runtime: &Runtime, tcp_ports: Vec<u16>, data_dir: Option<&Path>) -> Self {
         let mut binds = Vec::new();
         let mut symlinks = Vec::new();
         let mut read_exec: Vec<PathBuf> = vec!["/etc".into(), DRIVER_DIR.into(), "/proc".into()];
@@ -110,6 +114,15 @@ impl Layout {
             }
         }
         symlinks.push(("/var/tmp".into(), "/tmp".into()));
+        let mut export_dirs: Vec<PathBuf> = AREAS.iter().map(PathBuf::from).collect();
+        if let Some(dir) = data_dir {
+            binds.push(Bind {
+                source: dir.to_owned(),
+                target: DATA_DIR.into(),
+            });
+            read_exec.push(DATA_DIR.into());
+            export_dirs.push(DATA_DIR.into());
+        }
         let files = vec![
             file("/etc/hostname", "sandbox\n", 0o644),
             file(
@@ -150,6 +163,7 @@ impl Layout {
             files,
             read_exec,
             tcp_ports,
+            export_dirs,
         }
     }
 
@@ -186,7 +200,7 @@ impl Layout {
                 devices: vec!["/dev".into()],
                 tcp_ports: self.tcp_ports.clone(),
             },
-            export_dirs: crate::files::AREAS.iter().map(PathBuf::from).collect(),
+            export_dirs: self.export_dirs.clone(),
             resources: CgroupLimits {
                 memory_bytes: limits.memory_bytes(),
                 pids: limits.pids,
