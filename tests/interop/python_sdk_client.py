@@ -4,12 +4,14 @@ Usage:
     python_sdk_client.py --mode legacy|auto|2026-07-28 (--url http://127.0.0.1:PORT/mcp | --stdio RUNBOX [ARGS...])
 
 Runs the core flow (tools and their schemas, a sandbox with state across calls, a command,
-status and list, errors, close, a one-shot run with progress) and exits 0 when every check
+files in and out, resource links and resources, the prompt, status and list, errors, close,
+a one-shot run with progress) and exits 0 when every check
 holds, 1 with the failed check otherwise.
 """
 
 import argparse
 import asyncio
+import base64
 import sys
 
 from mcp import Client, StdioServerParameters
@@ -29,7 +31,10 @@ async def core_flow(client, mode):
         check(client.server_info is not None and client.server_info.name == "runbox", "server info")
 
     tools = {t.name: t for t in (await client.list_tools()).tools}
-    expected = {"run_code", "run_command", "create_sandbox", "list_sandboxes", "get_sandbox_status", "close_sandbox"}
+    expected = {
+        "run_code", "run_command", "create_sandbox", "list_sandboxes", "get_sandbox_status", "close_sandbox",
+        "list_files", "read_file", "write_file",
+    }
     check(set(tools) == expected, f"tools {sorted(tools)}")
     for t in tools.values():
         check(t.output_schema is not None, f"{t.name} has an output schema")
@@ -51,6 +56,8 @@ async def core_flow(client, mode):
     r = await client.call_tool("run_command", {"sandbox_id": sid, "command": "echo $X; pwd", "env": {"X": "y"}, "cwd": "/tmp"})
     check(r.structured_content["stdout"] == "y\n/tmp\n", f"run_command: {r.structured_content}")
     check(r.structured_content["exit_code"] == 0, "exit code 0")
+
+    await files_flow(client, sid)
 
     r = await client.call_tool("get_sandbox_status", {"sandbox_id": sid})
     check(r.structured_content["state"] == "running", f"status: {r.structured_content}")
@@ -84,6 +91,35 @@ async def core_flow(client, mode):
 
     r = await client.call_tool("run_code", {"code": "console.log([1,2,3].map(x => x * 2).join(','))", "language": "javascript"})
     check(r.structured_content["stdout"] == "2,4,6\n", f"javascript: {r.structured_content}")
+
+
+async def files_flow(client, sid):
+    """Binary bytes in and out exactly, a run's new file as a resource link, resources, the prompt."""
+    blob = bytes(range(256)) * 3
+    r = await client.call_tool(
+        "write_file",
+        {"sandbox_id": sid, "path": "in/blob.bin", "content": base64.b64encode(blob).decode(), "encoding": "base64"},
+    )
+    check(not r.is_error and r.structured_content["size"] == len(blob), f"write_file: {r.content}")
+    r = await client.call_tool("read_file", {"sandbox_id": sid, "path": "/workspace/in/blob.bin"})
+    s = r.structured_content
+    check(s["encoding"] == "base64" and base64.b64decode(s["content"]) == blob, f"read_file round trip: {s}")
+    r = await client.call_tool("list_files", {"sandbox_id": sid, "recursive": True})
+    listed = {e["path"]: e for e in r.structured_content["entries"]}
+    check(listed.get("/workspace/in/blob.bin", {}).get("size") == len(blob), f"list_files: {listed}")
+
+    r = await client.call_tool("run_code", {"sandbox_id": sid, "code": "open('report.md', 'w').write('# done\\n')"})
+    links = [c for c in r.content if getattr(c, "type", None) == "resource_link"]
+    check(len(links) == 1 and str(links[0].uri).endswith("/files/workspace/report.md"), f"resource link: {r.content}")
+    read = await client.read_resource(str(links[0].uri))
+    check(read.contents[0].text == "# done\n", f"resource read: {read.contents}")
+
+    templates = (await client.list_resource_templates()).resource_templates
+    check([t.uri_template for t in templates] == ["sandbox://{sandbox_id}/files/{path}"], f"templates: {templates}")
+    prompts = (await client.list_prompts()).prompts
+    check([p.name for p in prompts] == ["sandbox_instructions"], f"prompts: {prompts}")
+    prompt = await client.get_prompt("sandbox_instructions")
+    check("close_sandbox" in prompt.messages[0].content.text, f"prompt: {prompt.messages}")
 
 
 async def main():

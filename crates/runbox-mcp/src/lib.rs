@@ -1,16 +1,24 @@
 //! # runbox-mcp
 //!
-//! runbox's MCP surface: the tools, their schemas and results, and the stdio and streamable
-//! HTTP transports. It speaks only to `runbox_core` (the registry in front of a backend) and
+//! runbox's MCP surface: the tools (`server` for runs and sandboxes, `files` for the file
+//! tools), their schemas and results (`types`), resources (`resources`: sandbox files and the
+//! operator's data files), prompts (`prompts`), and the stdio and streamable HTTP
+//! transports. It speaks only to `runbox_core` (the registry in front of a backend) and
 //! never to a backend directly, so every tool answers in the same shape whatever the
 //! backend. It owns the mapping from backend outcomes and errors to tool results
 //! (`render`): failures a caller can act on are tool results with `isError`, never protocol
 //! errors, and never silent empty answers.
 
+mod files;
+mod prompts;
 mod render;
+mod resources;
 mod server;
 mod transport;
 pub mod types;
 
+pub use resources::SANDBOX_FILE_TEMPLATE;
 pub use server::{INSTRUCTIONS, RunboxServer, ServerSettings};
-pub use transport::{HttpOptions, TransportError, http_app, serve_http, serve_stdio};
+pub use transport::{
+    HttpOptions, MAX_REQUEST_BYTES, TransportError, http_app, serve_http, serve_stdio,
+};

@@ -6,11 +6,11 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::model::{CallToolResult, ContentBlock, Resource};
 use runbox_core::Error;
 use serde::Serialize;
 
-use crate::types::{RunCodeOutput, RunCommandOutput};
+use crate::types::{ChangedFileOut, RunCodeOutput, RunCommandOutput};
 
 /// RFC 3339 in UTC with milliseconds.
 pub(crate) fn rfc3339(t: SystemTime) -> String {
@@ -68,6 +68,28 @@ fn section(text: &mut String, title: &str, body: &str) {
     }
 }
 
+/// Names the files a run created or changed in the text, and links each as a resource.
+fn file_links(text: &mut String, files: &[ChangedFileOut]) -> Vec<ContentBlock> {
+    if files.is_empty() {
+        return Vec::new();
+    }
+    let _ = writeln!(text, "[files created or changed]");
+    files
+        .iter()
+        .map(|f| {
+            let _ = writeln!(text, "{} ({} bytes)", f.path, f.size);
+            let name = f.path.rsplit('/').next().unwrap_or(&f.path).to_owned();
+            let size = u64::try_from(f.size).unwrap_or(0);
+            ContentBlock::resource_link(
+                Resource::new(f.uri.clone(), name)
+                    .with_title(f.path.clone())
+                    .with_mime_type(f.mime_type.clone())
+                    .with_size(size),
+            )
+        })
+        .collect()
+}
+
 /// `run_code`'s result. `isError` when the code did not run to completion (an uncaught
 /// error, a failing exit status, a timeout, a cancellation), with the output it produced.
 pub(crate) fn run_code(out: &RunCodeOutput) -> CallToolResult {
@@ -120,6 +142,7 @@ pub(crate) fn run_code(out: &RunCodeOutput) -> CallToolResult {
     if let Some(code) = out.exit_code.filter(|c| *c != 0) {
         let _ = writeln!(text, "[exit code {code}]");
     }
+    let links = file_links(&mut text, &out.files);
     for note in &out.notes {
         let _ = writeln!(text, "[note] {note}");
     }
@@ -137,6 +160,7 @@ pub(crate) fn run_code(out: &RunCodeOutput) -> CallToolResult {
     };
     let mut content = vec![ContentBlock::text(text)];
     content.extend(images);
+    content.extend(links);
     with_structured(base(content), out)
 }
 
@@ -146,6 +170,7 @@ pub(crate) fn run_command(out: &RunCommandOutput) -> CallToolResult {
     section(&mut text, "stdout", &out.stdout);
     section(&mut text, "stderr", &out.stderr);
     let _ = writeln!(text, "[exit code {}]", out.exit_code);
+    let links = file_links(&mut text, &out.files);
     for note in &out.notes {
         let _ = writeln!(text, "[note] {note}");
     }
@@ -155,7 +180,9 @@ pub(crate) fn run_command(out: &RunCommandOutput) -> CallToolResult {
     } else {
         CallToolResult::success
     };
-    with_structured(base(vec![ContentBlock::text(text)]), out)
+    let mut content = vec![ContentBlock::text(text)];
+    content.extend(links);
+    with_structured(base(content), out)
 }
 
 #[cfg(test)]
@@ -180,6 +207,7 @@ mod tests {
             timed_out: false,
             cancelled: false,
             kernel_restarted: false,
+            files: vec![],
             notes: vec![],
         }
     }
@@ -256,6 +284,27 @@ mod tests {
             "{}",
             text(&r)
         );
+    }
+
+    #[test]
+    fn changed_files_are_named_and_linked() {
+        let mut o = output();
+        o.files.push(ChangedFileOut {
+            path: "/workspace/out.csv".into(),
+            size: 12,
+            uri: "sandbox://sbx_1/files/workspace/out.csv".into(),
+            mime_type: "text/csv".into(),
+        });
+        let r = run_code(&o);
+        assert!(
+            text(&r).contains("[files created or changed]\n/workspace/out.csv (12 bytes)\n"),
+            "{}",
+            text(&r)
+        );
+        let link = r.content[1].as_resource_link().expect("a resource link");
+        assert_eq!(link.uri, "sandbox://sbx_1/files/workspace/out.csv");
+        assert_eq!(link.name, "out.csv");
+        assert_eq!(link.mime_type.as_deref(), Some("text/csv"));
     }
 
     #[test]

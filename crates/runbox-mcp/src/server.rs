@@ -1,16 +1,20 @@
 //! The MCP server: the tools of the default profile, on top of the sandbox registry.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::handler::server::common::schema_for_output;
+use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+    CacheScope, CallToolResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ResourceTemplate, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
-use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler, tool, tool_handler, tool_router};
 use runbox_core::{
     CommandRequest, CreateRequest, Error, ExecContext, ExecRequest, OutputChunk, OutputStream, Ran,
     Registry, SandboxId, Work,
@@ -18,6 +22,7 @@ use runbox_core::{
 use tokio::sync::mpsc;
 
 use crate::render;
+use crate::resources::{self, DataCatalog, SANDBOX_FILE_TEMPLATE, Target};
 use crate::types::{
     CloseSandboxOutput, CreateSandboxArgs, CreateSandboxOutput, LimitsOut, ListSandboxesOutput,
     RunCodeArgs, RunCodeOutput, RunCommandArgs, RunCommandOutput, SandboxArgs, SandboxStatusOutput,
@@ -33,6 +38,9 @@ pub struct ServerSettings {
     pub max_run_timeout: Duration,
     /// The tenant every request belongs to (one local tenant until authentication exists).
     pub tenant: String,
+    /// The operator's data files, listed as `data://` resources (the backend mounts the same
+    /// directory at /data in every sandbox).
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for ServerSettings {
@@ -41,6 +49,7 @@ impl Default for ServerSettings {
             default_run_timeout: Duration::from_secs(60),
             max_run_timeout: Duration::from_secs(600),
             tenant: "local".into(),
+            data_dir: None,
         }
     }
 }
@@ -50,12 +59,14 @@ pub const INSTRUCTIONS: &str = "runbox runs code in isolated sandboxes. Use run_
 sandbox_id for one-off snippets. For related steps, call create_sandbox once and pass its \
 sandbox_id to run_code and run_command: variables, imports, functions and files in /workspace \
 persist there. Python and JavaScript return the value of the last expression, like a notebook \
-cell. Sandboxes have no network access. Close sandboxes with close_sandbox when done; idle ones \
-expire on their own.";
+cell; charts come back as images. Move files with write_file, read_file and list_files. \
+Sandboxes have no network access. Close sandboxes with close_sandbox when done; idle ones \
+expire on their own. The prompt sandbox_instructions explains more.";
 
 struct State {
     registry: Arc<Registry>,
     settings: ServerSettings,
+    data: Option<DataCatalog>,
 }
 
 /// runbox's MCP server. Cheap to clone: every session shares one registry.
@@ -63,6 +74,7 @@ struct State {
 pub struct RunboxServer {
     state: Arc<State>,
     tool_router: ToolRouter<Self>,
+    prompt_router: PromptRouter<Self>,
 }
 
 impl std::fmt::Debug for RunboxServer {
@@ -179,9 +191,15 @@ fn seconds(s: f64, what: &str) -> Result<Duration, Error> {
 impl RunboxServer {
     /// A server over `registry`.
     pub fn new(registry: Arc<Registry>, settings: ServerSettings) -> Self {
+        let data = settings.data_dir.clone().map(DataCatalog::new);
         Self {
-            state: Arc::new(State { registry, settings }),
-            tool_router: Self::tool_router(),
+            state: Arc::new(State {
+                registry,
+                settings,
+                data,
+            }),
+            tool_router: Self::tool_router() + Self::file_tools(),
+            prompt_router: Self::prompt_router(),
         }
     }
 
@@ -190,8 +208,12 @@ impl RunboxServer {
         &self.state.registry
     }
 
-    fn tenant(&self) -> &str {
+    pub(crate) fn tenant(&self) -> &str {
         &self.state.settings.tenant
+    }
+
+    pub(crate) fn data_catalog(&self) -> Option<&DataCatalog> {
+        self.state.data.as_ref()
     }
 
     /// Runs `work` through the registry, with live output as progress notifications when the
@@ -455,12 +477,138 @@ impl RunboxServer {
     }
 }
 
+/// Caching hints (SEP-2549) for peers of protocol 2026-07-28 and later: nothing here may be
+/// cached, since sandbox files change with every run; older peers get no hints.
+fn no_caching(ctx: &RequestContext<RoleServer>) -> Option<(u64, CacheScope)> {
+    ctx.protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+        .then_some((0, CacheScope::Private))
+}
+
+impl RunboxServer {
+    /// Reads a resource: a file of one of the caller's sandboxes, or a data file.
+    async fn read(&self, uri: &str) -> Result<ReadResourceResult, ErrorData> {
+        let not_found = |message: String| {
+            ErrorData::resource_not_found(message, Some(serde_json::json!({ "uri": uri })))
+        };
+        let invalid = |message: String| ErrorData::invalid_params(message, None);
+        // A URI of no scheme or shape this server serves names no resource (SEP-2164).
+        match resources::parse(uri).map_err(not_found)? {
+            Target::SandboxFile(id, path) => {
+                let content = self
+                    .registry()
+                    .read_file(self.tenant(), &id, &path, 0, Some(resources::MAX_RESOURCE))
+                    .await
+                    .map_err(|e| match e {
+                        Error::SandboxNotFound { .. } | Error::FileNotFound { .. } => {
+                            not_found(e.to_string())
+                        }
+                        e => invalid(runbox_core::chain(&e)),
+                    })?;
+                if content.more() {
+                    return Err(invalid(format!(
+                        "{path} is {} bytes, over the {}-byte maximum of a resource read; read it \
+                         in parts with the read_file tool (offset and length)",
+                        content.size,
+                        resources::MAX_RESOURCE
+                    )));
+                }
+                let mime = resources::mime_type(&content.path);
+                Ok(ReadResourceResult::new(vec![resources::contents(
+                    uri,
+                    mime,
+                    content.data,
+                )]))
+            }
+            Target::Data(name) => {
+                let Some(catalog) = self.data_catalog() else {
+                    return Err(not_found(format!(
+                        "{uri}: this server has no data directory"
+                    )));
+                };
+                match catalog.read(&name) {
+                    Ok(Some((file, data))) => {
+                        Ok(ReadResourceResult::new(vec![resources::contents(
+                            uri,
+                            resources::mime_type(&file.relative),
+                            data,
+                        )]))
+                    }
+                    Ok(None) => Err(not_found(format!(
+                        "{uri}: no such data file (resources/list shows them)"
+                    ))),
+                    Err(e) => Err(invalid(runbox_core::chain(&e))),
+                }
+            }
+        }
+    }
+}
+
 #[tool_handler(router = self.tool_router)]
+#[prompt_handler(router = self.prompt_router)]
 impl ServerHandler for RunboxServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_prompts()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("runbox", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let files = self
+            .data_catalog()
+            .map(|c| {
+                c.files()
+                    .iter()
+                    .map(resources::DataFile::resource)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut result = ListResourcesResult::with_all_items(files);
+        if let Some((ttl, scope)) = no_caching(&ctx) {
+            result = result.with_ttl_ms(ttl).with_cache_scope(scope);
+        }
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let template = ResourceTemplate::new(SANDBOX_FILE_TEMPLATE, "sandbox_file")
+            .with_title("A file in one of your sandboxes")
+            .with_description(
+                "A file of a sandbox from create_sandbox, by its absolute path without the \
+                 leading slash, e.g. sandbox://sbx_1a2b/files/workspace/out.csv. Text comes back \
+                 as text, other files as base64 blobs (at most 8 MiB; read_file reads bigger \
+                 files in parts).",
+            );
+        let mut result = ListResourceTemplatesResult::with_all_items(vec![template]);
+        if let Some((ttl, scope)) = no_caching(&ctx) {
+            result = result.with_ttl_ms(ttl).with_cache_scope(scope);
+        }
+        Ok(result)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let mut result = self.read(&request.uri).await?;
+        if let Some((ttl, scope)) = no_caching(&ctx) {
+            result = result.with_ttl_ms(ttl).with_cache_scope(scope);
+        }
+        Ok(result.into())
     }
 }
 

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use axum::routing::get;
-use rmcp::ServiceExt;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{RoleServer, ServiceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::server::RunboxServer;
@@ -27,13 +28,21 @@ pub enum TransportError {
     Http(#[from] std::io::Error),
 }
 
+/// Largest request, in bytes, on either transport: room for the largest `write_file`
+/// (16 MiB, as base64) with its envelope. Larger messages are dropped by rmcp, which logs
+/// them; the tools refuse with a message anything between their own limits and this one.
+pub const MAX_REQUEST_BYTES: usize = 24 << 20;
+
 /// Serves MCP on stdin and stdout until the client closes stdin or `shutdown` fires.
 pub async fn serve_stdio(
     server: RunboxServer,
     shutdown: CancellationToken,
 ) -> Result<(), TransportError> {
+    let transport =
+        AsyncRwTransport::<RoleServer, _, _>::new(tokio::io::stdin(), tokio::io::stdout())
+            .with_max_line_length(MAX_REQUEST_BYTES);
     let running = server
-        .serve(rmcp::transport::stdio())
+        .serve(transport)
         .await
         .map_err(|e| TransportError::Stdio(e.to_string()))?;
     let cancel = running.cancellation_token();
@@ -63,7 +72,7 @@ impl Default for HttpOptions {
         Self {
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             allowed_origins: Vec::new(),
-            max_request_bytes: 8 << 20,
+            max_request_bytes: MAX_REQUEST_BYTES,
         }
     }
 }

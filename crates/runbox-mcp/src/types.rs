@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use runbox_core::{Language, Ran};
+use runbox_core::{FileKind, Language, Ran};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -151,6 +151,9 @@ pub struct RunCodeOutput {
     pub cancelled: bool,
     /// Whether the kernel was lost and its state with it.
     pub kernel_restarted: bool,
+    /// Files under /workspace the run created or changed (at most 20; in a sandbox from
+    /// create_sandbox only), also sent as resource links.
+    pub files: Vec<ChangedFileOut>,
     /// Things to know about this run.
     pub notes: Vec<String>,
 }
@@ -176,8 +179,24 @@ pub struct RunCommandOutput {
     pub timed_out: bool,
     /// Whether the caller cancelled it.
     pub cancelled: bool,
+    /// Files under /workspace the command created or changed (at most 20; in a sandbox
+    /// from create_sandbox only), also sent as resource links.
+    pub files: Vec<ChangedFileOut>,
     /// Things to know about this command.
     pub notes: Vec<String>,
+}
+
+/// A file a run created or changed.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ChangedFileOut {
+    /// Its path in the sandbox.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: i64,
+    /// The resource that reads it (sandbox://{sandbox_id}/files/{path}).
+    pub uri: String,
+    /// Its MIME type, guessed from the name.
+    pub mime_type: String,
 }
 
 /// Resource limits of a sandbox.
@@ -296,6 +315,156 @@ pub struct CloseSandboxOutput {
     pub closed: bool,
 }
 
+/// Arguments of `list_files`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListFilesArgs {
+    /// The sandbox, from create_sandbox.
+    pub sandbox_id: String,
+    /// A directory (or file) in /workspace, /tmp or /data; relative paths start at
+    /// /workspace (default /workspace).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// List everything below the directory too (default false).
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// What a directory entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FileTypeOut {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// A symbolic link (never followed by list_files).
+    Symlink,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+impl From<FileKind> for FileTypeOut {
+    fn from(k: FileKind) -> Self {
+        match k {
+            FileKind::File => Self::File,
+            FileKind::Directory => Self::Directory,
+            FileKind::Symlink => Self::Symlink,
+            FileKind::Other => Self::Other,
+        }
+    }
+}
+
+/// One entry of a listing.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct FileEntryOut {
+    /// Its name.
+    pub name: String,
+    /// Its absolute path in the sandbox.
+    pub path: String,
+    /// What it is.
+    #[serde(rename = "type")]
+    pub kind: FileTypeOut,
+    /// Size in bytes.
+    pub size: i64,
+    /// Last modification (RFC 3339).
+    pub modified: String,
+}
+
+/// Result of `list_files`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ListFilesOutput {
+    /// The path listed.
+    pub path: String,
+    /// The entries, each directory before its contents, names in order.
+    pub entries: Vec<FileEntryOut>,
+    /// Whether entries were left out (more than 10000).
+    pub truncated: bool,
+}
+
+/// How file content is carried in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub enum Encoding {
+    /// Text, UTF-8.
+    #[serde(rename = "utf-8", alias = "utf8", alias = "text")]
+    Utf8,
+    /// Any bytes, as standard base64.
+    #[serde(rename = "base64")]
+    Base64,
+}
+
+/// Arguments of `read_file`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    /// The sandbox, from create_sandbox.
+    pub sandbox_id: String,
+    /// The file, in /workspace, /tmp or /data; relative paths start at /workspace.
+    pub path: String,
+    /// utf-8 or base64. Without it, text comes back as utf-8 and anything else as base64.
+    #[serde(default)]
+    pub encoding: Option<Encoding>,
+    /// Byte offset to start at (default 0).
+    #[serde(default)]
+    pub offset: Option<i64>,
+    /// Most bytes to read (default and maximum 4 MiB).
+    #[serde(default)]
+    pub length: Option<i64>,
+}
+
+/// Result of `read_file`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ReadFileOutput {
+    /// The file's absolute path in the sandbox.
+    pub path: String,
+    /// The bytes read, in `encoding`.
+    pub content: String,
+    /// utf-8 or base64.
+    pub encoding: Encoding,
+    /// Where the bytes read start.
+    pub offset: i64,
+    /// How many bytes were read (the next part starts at offset + length).
+    pub length: i64,
+    /// The file's whole size in bytes.
+    pub size: i64,
+    /// Whether bytes remain after those read.
+    pub more: bool,
+    /// Its MIME type, guessed from the name.
+    pub mime_type: String,
+}
+
+/// Arguments of `write_file`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileArgs {
+    /// The sandbox, from create_sandbox.
+    pub sandbox_id: String,
+    /// The file, in /workspace or /tmp; relative paths start at /workspace. Missing parent
+    /// directories are created.
+    pub path: String,
+    /// The content, in `encoding`.
+    pub content: String,
+    /// utf-8 (default) or base64 (for binary files).
+    #[serde(default)]
+    pub encoding: Option<Encoding>,
+    /// Add to the end of the file instead of replacing it (default false).
+    #[serde(default)]
+    pub append: bool,
+}
+
+/// Result of `write_file`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct WriteFileOutput {
+    /// The file's absolute path in the sandbox.
+    pub path: String,
+    /// Bytes written by this call.
+    pub bytes_written: i64,
+    /// The file's size now.
+    pub size: i64,
+    /// The resource that reads it.
+    pub uri: String,
+}
+
 pub(crate) fn language_arg(l: Language) -> LanguageArg {
     match l {
         Language::Python => LanguageArg::Python,
@@ -309,7 +478,31 @@ fn millis(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+fn changed_files(ran: &Ran, notes: &mut Vec<String>) -> Vec<ChangedFileOut> {
+    let Some(changes) = &ran.changes else {
+        return Vec::new();
+    };
+    if changes.omitted > 0 {
+        notes.push(format!(
+            "{} more files changed under /workspace; list_files shows them",
+            changes.omitted
+        ));
+    }
+    changes
+        .files
+        .iter()
+        .map(|f| ChangedFileOut {
+            path: f.path.clone(),
+            size: i64::try_from(f.size).unwrap_or(i64::MAX),
+            uri: crate::resources::sandbox_file_uri(&ran.sandbox_id, &f.path),
+            mime_type: crate::resources::mime_type(&f.path),
+        })
+        .collect()
+}
+
 pub(crate) fn run_code_output(ran: Ran) -> RunCodeOutput {
+    let mut notes = ran.outcome.notes.clone();
+    let files = changed_files(&ran, &mut notes);
     let o = ran.outcome;
     RunCodeOutput {
         sandbox_id: ran.sandbox_id.to_string(),
@@ -335,11 +528,14 @@ pub(crate) fn run_code_output(ran: Ran) -> RunCodeOutput {
         timed_out: o.timed_out,
         cancelled: o.cancelled,
         kernel_restarted: o.kernel_restarted,
-        notes: o.notes,
+        files,
+        notes,
     }
 }
 
 pub(crate) fn run_command_output(ran: Ran) -> RunCommandOutput {
+    let mut notes = ran.outcome.notes.clone();
+    let files = changed_files(&ran, &mut notes);
     let o = ran.outcome;
     RunCommandOutput {
         sandbox_id: ran.sandbox_id.to_string(),
@@ -351,6 +547,7 @@ pub(crate) fn run_command_output(ran: Ran) -> RunCommandOutput {
         truncated: o.truncated,
         timed_out: o.timed_out,
         cancelled: o.cancelled,
-        notes: o.notes,
+        files,
+        notes,
     }
 }

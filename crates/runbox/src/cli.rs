@@ -25,7 +25,7 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Serve MCP (stdio or streamable HTTP): tools to create sandboxes and run code in them.
-    Serve(crate::config::ServeArgs),
+    Serve(Box<crate::config::ServeArgs>),
     /// Run code in a fresh sandbox, streaming its output; exit 0 on success, 1 when the code
     /// failed (bash: its own status), 124 on timeout, 125 when the sandbox could not run.
     Run(RunArgs),

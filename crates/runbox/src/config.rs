@@ -94,6 +94,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RUNBOX_OUTPUT_LIMIT")]
     pub(crate) output_limit: Option<usize>,
 
+    /// A directory of data files for every sandbox: mounted read-only at /data, and each
+    /// file listed as an MCP resource data://<name without extension>.
+    #[arg(long, env = "RUNBOX_DATA_DIR", value_name = "DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
+
     #[command(flatten)]
     pub(crate) engine: EngineArgs,
 }
@@ -114,6 +119,7 @@ struct FileConfig {
     run_timeout: Option<f64>,
     max_run_timeout: Option<f64>,
     limits: Option<Limits>,
+    data_dir: Option<PathBuf>,
     python: Option<PathBuf>,
     node: Option<PathBuf>,
     bash: Option<PathBuf>,
@@ -141,6 +147,8 @@ pub(crate) struct ServeConfig {
     pub(crate) run_timeout: Duration,
     pub(crate) max_run_timeout: Duration,
     pub(crate) limits: Limits,
+    /// The operator's data directory, absolute.
+    pub(crate) data_dir: Option<PathBuf>,
     pub(crate) engine: EngineArgs,
 }
 
@@ -252,6 +260,18 @@ impl ServeConfig {
         let mut allowed_origins = file.allowed_origins.unwrap_or_default();
         allowed_origins.extend(args.allowed_origins);
 
+        let data_dir = match args.data_dir.or(file.data_dir) {
+            Some(d) => {
+                let abs = std::fs::canonicalize(&d)
+                    .with_context(|| format!("data_dir {}", d.display()))?;
+                if !abs.is_dir() {
+                    bail!("data_dir {} is not a directory", d.display());
+                }
+                Some(abs)
+            }
+            None => None,
+        };
+
         let mut engine = args.engine;
         engine.python = engine.python.or(file.python);
         engine.node = engine.node.or(file.node);
@@ -270,6 +290,7 @@ impl ServeConfig {
             run_timeout,
             max_run_timeout,
             limits,
+            data_dir,
             engine,
         })
     }
@@ -359,5 +380,24 @@ mod tests {
         std::fs::write(&path, "memroy_mb = 5\n").unwrap();
         let e = format!("{:#}", resolve(&["--config", p, "--stdio"]).unwrap_err());
         assert!(e.contains("memroy_mb"), "{e}");
+    }
+
+    #[test]
+    fn the_data_dir_must_be_a_directory_and_is_made_absolute() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = resolve(&["--stdio", "--data-dir", dir.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.data_dir, Some(dir.path().canonicalize().unwrap()));
+        let missing = dir.path().join("missing");
+        let e = format!(
+            "{:#}",
+            resolve(&["--stdio", "--data-dir", missing.to_str().unwrap()]).unwrap_err()
+        );
+        assert!(e.contains("missing"), "{e}");
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        let e = resolve(&["--stdio", "--data-dir", file.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a directory"), "{e}");
     }
 }

@@ -35,7 +35,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             cli::Command::Run(args) => run::main(args).await,
             cli::Command::Doctor(args) => doctor::main(args).await,
-            cli::Command::Serve(args) => serve::main(args).await,
+            cli::Command::Serve(args) => serve::main(*args).await,
         }
     });
     std::process::ExitCode::from(code)

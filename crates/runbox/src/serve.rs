@@ -39,6 +39,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let mut local = config.engine.local_config(config.limits.clone());
     // The pool's sandboxes must not take the room of callers' sandboxes.
     local.max_sandboxes = config.max_sandboxes + config.pool;
+    local.data_dir = config.data_dir.clone();
     let backend: Arc<dyn Backend> = Arc::new(
         LocalBackend::new(local)
             .await
@@ -59,6 +60,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         ServerSettings {
             default_run_timeout: config.run_timeout,
             max_run_timeout: config.max_run_timeout,
+            data_dir: config.data_dir.clone(),
             ..Default::default()
         },
     );

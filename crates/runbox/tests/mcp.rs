@@ -5,172 +5,24 @@
 
 mod util;
 
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam,
-    ProtocolVersion, ServerResult,
-};
-use rmcp::service::{
-    ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RunningService,
-};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, RoleClient};
+use rmcp::model::{CallToolRequestParams, ClientRequest, ProtocolVersion, ServerResult};
+use rmcp::service::PeerRequestOptions;
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
+use util::mcp::*;
 use util::*;
 
-/// A client that records the progress notifications it receives.
-#[derive(Clone, Default)]
-struct Recorder {
-    progress: Arc<Mutex<Vec<(Instant, ProgressNotificationParam)>>>,
-}
-
-impl ClientHandler for Recorder {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _ctx: NotificationContext<RoleClient>,
-    ) {
-        self.progress.lock().unwrap().push((Instant::now(), params));
-    }
-}
-
-type Client = RunningService<RoleClient, Recorder>;
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Revision {
-    Legacy,
-    Stateless,
-}
-
-fn lifecycle(r: Revision) -> ClientLifecycleMode {
-    match r {
-        Revision::Legacy => ClientLifecycleMode::Initialize,
-        Revision::Stateless => ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        },
-    }
-}
-
-fn serve_command(args: &[&str]) -> tokio::process::Command {
-    let mut c = tokio::process::Command::new(runbox_exe());
-    c.arg("serve")
-        .args(args)
-        .env("RUNBOX_INIT_EXE", runbox_exe())
-        .env("RUNBOX_LOG", "warn");
-    if let Some(p) = std::env::var_os("RUNBOX_CGROUP_PARENT") {
-        c.env("RUNBOX_CGROUP_PARENT", p);
-    }
-    c
-}
-
-async fn stdio_client(args: &[&str], revision: Revision) -> (Client, Recorder) {
-    let mut all = vec!["--stdio"];
-    all.extend_from_slice(args);
-    let transport = TokioChildProcess::builder(serve_command(&all))
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
-        .0;
-    let recorder = Recorder::default();
-    let client = recorder
-        .clone()
-        .serve_with_lifecycle(transport, lifecycle(revision))
-        .await
-        .unwrap();
-    (client, recorder)
-}
-
-/// A running `runbox serve --http` on a free loopback port.
-struct HttpServer {
-    child: tokio::process::Child,
-    url: String,
-    base: String,
-}
-
-impl HttpServer {
-    async fn start(args: &[&str]) -> Self {
-        let mut all = vec!["--http", "127.0.0.1:0"];
-        all.extend_from_slice(args);
-        let mut child = serve_command(&all)
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = loop {
-            let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-                .await
-                .expect("server did not start")
-                .unwrap()
-                .expect("server exited");
-            if let Some(rest) = line.strip_prefix("runbox: serving MCP on ") {
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-            eprintln!("server: {line}");
-        };
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                eprintln!("server: {line}");
-            }
-        });
-        let base = url.trim_end_matches("/mcp").to_owned();
-        Self { child, url, base }
-    }
-
-    async fn client(&self, revision: Revision) -> (Client, Recorder) {
-        let recorder = Recorder::default();
-        let transport = StreamableHttpClientTransport::from_uri(self.url.clone());
-        let client = recorder
-            .clone()
-            .serve_with_lifecycle(transport, lifecycle(revision))
-            .await
-            .unwrap();
-        (client, recorder)
-    }
-
-    async fn stop(mut self) -> std::process::ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .unwrap()
-            .unwrap()
-    }
-}
-
-async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
-    let params = CallToolRequestParams::new(tool.to_owned())
-        .with_arguments(args.as_object().unwrap().clone());
-    client.call_tool(params).await.unwrap()
-}
-
-fn text(r: &CallToolResult) -> String {
-    r.content
-        .iter()
-        .filter_map(|c| c.as_text())
-        .map(|t| t.text.clone())
-        .collect()
-}
-
-fn structured(r: &CallToolResult) -> Value {
-    r.structured_content.clone().unwrap_or(Value::Null)
-}
-
-fn is_error(r: &CallToolResult) -> bool {
-    r.is_error == Some(true)
-}
-
-const TOOLS: [&str; 6] = [
+const TOOLS: [&str; 9] = [
     "close_sandbox",
     "create_sandbox",
     "get_sandbox_status",
+    "list_files",
     "list_sandboxes",
+    "read_file",
     "run_code",
     "run_command",
+    "write_file",
 ];
 
 /// Every tool, state across calls, and the errors a caller can act on.
@@ -192,7 +44,10 @@ async fn core_flow(client: &Client, revision: Revision) {
             .annotations
             .as_ref()
             .unwrap_or_else(|| panic!("{} has no annotations", t.name));
-        let read_only = matches!(t.name.as_ref(), "list_sandboxes" | "get_sandbox_status");
+        let read_only = matches!(
+            t.name.as_ref(),
+            "list_sandboxes" | "get_sandbox_status" | "list_files" | "read_file"
+        );
         assert_eq!(a.read_only_hint, Some(read_only), "{}", t.name);
         assert!(t.description.as_ref().is_some_and(|d| d.len() > 20));
     }

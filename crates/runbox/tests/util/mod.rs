@@ -147,6 +147,8 @@ pub fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+pub mod mcp;
+
 /// Python snippet defining `sc(nr, *args) -> (ret, errno)`, a raw syscall through ctypes.
 pub const PY_SYSCALL: &str = r#"
 import ctypes, os, errno
