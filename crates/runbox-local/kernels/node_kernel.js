@@ -32,6 +32,29 @@ globalThis.require = createRequire('/workspace/');
 globalThis.__dirname = '/workspace';
 globalThis.__filename = '/workspace/[eval]';
 
+// Node defines some globals (`crypto`, the Web Crypto API) as getters without a setter, so
+// `var crypto = require('crypto')`, or `import * as crypto from 'crypto'` (a `var` once
+// rewritten), would silently keep the old value. Give each such global a setter that
+// replaces it with what was assigned, as for any other global; reading stays lazy.
+for (const name of Object.getOwnPropertyNames(globalThis)) {
+  const d = Object.getOwnPropertyDescriptor(globalThis, name);
+  if (d && d.get && !d.set && d.configurable) {
+    Object.defineProperty(globalThis, name, {
+      configurable: true,
+      enumerable: d.enumerable,
+      get: d.get,
+      set(value) {
+        Object.defineProperty(globalThis, name, {
+          value,
+          writable: true,
+          configurable: true,
+          enumerable: d.enumerable,
+        });
+      },
+    });
+  }
+}
+
 let current = null; // { interrupt(): void } while a run is awaiting
 
 process.on('SIGINT', () => {

@@ -607,6 +607,12 @@ async fn typescript_runs_in_the_javascript_context() {
     )
     .await;
     assert_eq!(value(&o).as_deref(), Some("'function'"), "{o:?}");
+    // Node's global `crypto` is a getter without a setter; an import of the module by that
+    // name must still win, in TypeScript and in JavaScript.
+    let o = ts("import * as crypto from 'crypto';\ntypeof crypto.createHash").await;
+    assert_eq!(value(&o).as_deref(), Some("'function'"), "{o:?}");
+    let o = run(&b, &id, Language::JavaScript, "var crypto = 7;\ncrypto + 1").await;
+    assert_eq!(value(&o).as_deref(), Some("8"), "{o:?}");
     b.close(&id).await.unwrap();
 }
 

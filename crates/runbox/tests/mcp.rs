@@ -111,6 +111,49 @@ async fn core_flow(client: &Client, revision: Revision) {
         "{}",
         text(&r)
     );
+    let ts = "import { basename } from 'node:path';\n\
+              import * as crypto from 'crypto';\n\
+              interface Point { x: number; y: number }\n\
+              const p: Point = { x: 3, y: 4 };\n\
+              const norm = (q: Point): number => Math.hypot(q.x, q.y);\n\
+              console.log(basename('/a/b.csv'), crypto.createHash('md5').update('').digest('hex'));\n\
+              norm(p)";
+    let r = call(
+        client,
+        "run_code",
+        json!({"sandbox_id": id, "language": "typescript", "code": ts}),
+    )
+    .await;
+    assert_eq!(
+        structured(&r)["stdout"],
+        "b.csv d41d8cd98f00b204e9800998ecf8427e\n",
+        "{}",
+        text(&r)
+    );
+    assert_eq!(structured(&r)["results"][0]["data"]["text/plain"], "5");
+    let r = call(
+        client,
+        "run_code",
+        json!({"sandbox_id": id, "language": "javascript", "code": "norm({x: 6, y: 8})"}),
+    )
+    .await;
+    assert_eq!(structured(&r)["results"][0]["data"]["text/plain"], "10");
+    let r = call(
+        client,
+        "run_code",
+        json!({"sandbox_id": id, "language": "typescript", "code": "let a = 1;\nlet b: = 2;"}),
+    )
+    .await;
+    assert!(is_error(&r));
+    assert_eq!(structured(&r)["error"]["name"], "SyntaxError");
+    assert!(
+        structured(&r)["error"]["value"]
+            .as_str()
+            .unwrap()
+            .contains("line 2"),
+        "{}",
+        text(&r)
+    );
     let r = call(client, "run_code", json!({"sandbox_id": id, "language": "bash", "code": "cd /tmp && export K=v && echo bash-ok"})).await;
     assert_eq!(structured(&r)["stdout"], "bash-ok\n");
     let r = call(
