@@ -7,9 +7,11 @@
 
 use async_trait::async_trait;
 
+use crate::error::Error;
 use crate::error::Result;
 use crate::exec::{CommandRequest, ExecContext, ExecOutcome, ExecRequest};
 use crate::files::{FileContent, FileWritten, Listing};
+use crate::process::{ProcessId, ProcessInfo, ProcessOutput};
 use crate::sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxStatus};
 
 /// A place where sandboxes live.
@@ -66,6 +68,45 @@ pub trait Backend: Send + Sync + 'static {
     /// listing lower than [`Backend::list_files`] does; by default it is that listing.
     async fn workspace_snapshot(&self, id: &SandboxId) -> Result<Listing> {
         self.list_files(id, "/workspace", true).await
+    }
+
+    /// Starts a command line in the background: it runs on after this returns, its output
+    /// kept (up to a cap) for [`Backend::read_process`].
+    async fn start_process(&self, id: &SandboxId, req: CommandRequest) -> Result<ProcessInfo> {
+        let _ = (id, req);
+        Err(self.unsupported("background processes"))
+    }
+
+    /// Output of a background process not read before, waiting up to `wait` for some to
+    /// arrive or for the process to end.
+    async fn read_process(
+        &self,
+        id: &SandboxId,
+        process: &ProcessId,
+        wait: std::time::Duration,
+    ) -> Result<ProcessOutput> {
+        let _ = (id, process, wait);
+        Err(self.unsupported("background processes"))
+    }
+
+    /// Kills a background process and everything it started; returns once it has ended.
+    async fn kill_process(&self, id: &SandboxId, process: &ProcessId) -> Result<ProcessInfo> {
+        let _ = (id, process);
+        Err(self.unsupported("background processes"))
+    }
+
+    /// Freezes (`true`) or thaws every process of a sandbox, state intact.
+    async fn set_paused(&self, id: &SandboxId, paused: bool) -> Result<()> {
+        let _ = (id, paused);
+        Err(self.unsupported("pause and resume"))
+    }
+
+    /// The error for an operation this backend does not have.
+    fn unsupported(&self, operation: &'static str) -> Error {
+        Error::Unsupported {
+            backend: self.name(),
+            operation,
+        }
     }
 
     /// Reports a sandbox's state and resource use.

@@ -21,6 +21,13 @@ pub enum Error {
         id: String,
     },
 
+    /// The id does not name a background process of the sandbox.
+    #[error("process {id} not found in this sandbox; get_sandbox_status lists its processes")]
+    ProcessNotFound {
+        /// The id the caller gave.
+        id: String,
+    },
+
     /// A path given to a file operation names nothing in the sandbox.
     #[error("{path}: no such file or directory")]
     FileNotFound {
@@ -96,6 +103,7 @@ impl Error {
         matches!(
             self,
             Self::SandboxNotFound { .. }
+                | Self::ProcessNotFound { .. }
                 | Self::FileNotFound { .. }
                 | Self::LanguageUnavailable { .. }
                 | Self::InvalidRequest(_)

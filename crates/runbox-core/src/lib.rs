@@ -19,6 +19,7 @@ mod error;
 mod exec;
 mod files;
 mod limits;
+mod process;
 mod registry;
 mod sandbox;
 
@@ -30,5 +31,6 @@ pub use exec::{
 };
 pub use files::{Changes, FileContent, FileEntry, FileKind, FileWritten, Listing, changes};
 pub use limits::{Limits, LimitsError};
+pub use process::{ProcessId, ProcessInfo, ProcessOutput};
 pub use registry::{CreateRequest, MAX_CHANGES, Ran, Registry, RegistryConfig, SandboxView, Work};
 pub use sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::exec::{CommandRequest, ExecContext, ExecOutcome, ExecRequest, Language};
 use crate::files::{Changes, FileContent, FileWritten, Listing, changes};
 use crate::limits::Limits;
+use crate::process::{ProcessId, ProcessInfo, ProcessOutput};
 use crate::sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};
 
 /// Settings of the registry.
@@ -119,18 +120,31 @@ struct Entry {
     metadata: BTreeMap<String, String>,
     limits: Limits,
     languages: Vec<Language>,
+    /// Since when it is paused: its idle clock stands still meanwhile.
+    paused_at: Option<Instant>,
+    /// /workspace as the last run left it: the next run's "before" when nothing wrote in
+    /// between through the registry (write_file clears it), saving a snapshot per run.
+    workspace: Option<Listing>,
 }
 
 impl Entry {
     fn view(&self, id: &SandboxId) -> SandboxView {
+        let idle = match self.paused_at {
+            Some(at) => at.saturating_duration_since(self.last_used),
+            None => self.last_used.elapsed(),
+        };
         let left = if self.busy > 0 {
             self.idle_timeout
         } else {
-            self.idle_timeout.saturating_sub(self.last_used.elapsed())
+            self.idle_timeout.saturating_sub(idle)
         };
         SandboxView {
             id: id.clone(),
-            state: SandboxState::Running,
+            state: if self.paused_at.is_some() {
+                SandboxState::Paused
+            } else {
+                SandboxState::Running
+            },
             created_at: self.created_at,
             expires_at: SystemTime::now() + left,
             idle_timeout: self.idle_timeout,
@@ -140,7 +154,7 @@ impl Entry {
     }
 
     fn expired(&self) -> bool {
-        self.busy == 0 && self.last_used.elapsed() >= self.idle_timeout
+        self.busy == 0 && self.paused_at.is_none() && self.last_used.elapsed() >= self.idle_timeout
     }
 }
 
@@ -280,6 +294,8 @@ impl Registry {
             metadata: req.metadata,
             limits: info.limits.clone(),
             languages: info.languages.clone(),
+            paused_at: None,
+            workspace: None,
         };
         let view = entry.view(&info.id);
         self.lock().entries.insert(info.id.clone(), entry);
@@ -288,8 +304,23 @@ impl Registry {
 
     /// Marks `id` busy if `owner` owns it; the same error as for an unknown id otherwise.
     fn acquire(&self, owner: &str, id: &SandboxId) -> Result<Busy<'_>> {
+        self.acquire_as(owner, id, false)
+    }
+
+    /// [`Registry::acquire`] for work that needs the sandbox's processes to run: refused
+    /// while it is paused.
+    fn acquire_running(&self, owner: &str, id: &SandboxId) -> Result<Busy<'_>> {
+        self.acquire_as(owner, id, true)
+    }
+
+    fn acquire_as(&self, owner: &str, id: &SandboxId, running: bool) -> Result<Busy<'_>> {
         let mut inner = self.lock();
         match inner.entries.get_mut(id) {
+            Some(e) if e.owner == owner && running && e.paused_at.is_some() => {
+                Err(Error::InvalidRequest(format!(
+                    "sandbox {id} is paused; resume it with resume_sandbox first"
+                )))
+            }
             Some(e) if e.owner == owner => {
                 e.busy += 1;
                 Ok(Busy {
@@ -351,21 +382,39 @@ impl Registry {
         ctx: ExecContext,
         track: bool,
     ) -> Result<(ExecOutcome, Option<Changes>)> {
-        let _busy = self.acquire(owner, id)?;
-        let before = if track { self.snapshot(id).await } else { None };
+        let _busy = self.acquire_running(owner, id)?;
+        let before = if track {
+            // Taken, not copied: a run beside this one takes a snapshot of its own.
+            let cached = self
+                .lock()
+                .entries
+                .get_mut(id)
+                .and_then(|e| e.workspace.take());
+            match cached {
+                Some(l) => Some(l),
+                None => self.snapshot(id).await,
+            }
+        } else {
+            None
+        };
         let r = match work {
             Work::Code(req) => self.backend.exec(id, req, ctx).await,
             Work::Command(req) => self.backend.command(id, req, ctx).await,
         };
         self.forget_if_gone(id, &r);
         let outcome = r?;
-        let changes = match before {
-            Some(before) => self
-                .snapshot(id)
-                .await
-                .and_then(|after| changes(&before, &after, MAX_CHANGES)),
-            None => None,
+        let Some(before) = before else {
+            return Ok((outcome, None));
         };
+        let Some(after) = self.snapshot(id).await else {
+            return Ok((outcome, None));
+        };
+        let changes = changes(&before, &after, MAX_CHANGES);
+        // Kept only when nothing else is using the sandbox, whose changes could land between
+        // this snapshot and the next run.
+        if let Some(e) = self.lock().entries.get_mut(id).filter(|e| e.busy == 1) {
+            e.workspace = Some(after);
+        }
         Ok((outcome, changes))
     }
 
@@ -435,9 +484,134 @@ impl Registry {
         append: bool,
     ) -> Result<FileWritten> {
         let _busy = self.acquire(owner, id)?;
+        if let Some(e) = self.lock().entries.get_mut(id) {
+            e.workspace = None;
+        }
         let r = self.backend.write_file(id, path, data, append).await;
         self.forget_if_gone(id, &r);
         r
+    }
+
+    /// Starts a command in the background in one of `owner`'s sandboxes.
+    pub async fn start_process(
+        &self,
+        owner: &str,
+        id: &SandboxId,
+        req: CommandRequest,
+    ) -> Result<ProcessInfo> {
+        let _busy = self.acquire_running(owner, id)?;
+        if let Some(e) = self.lock().entries.get_mut(id) {
+            e.workspace = None;
+        }
+        let r = self.backend.start_process(id, req).await;
+        self.forget_if_gone(id, &r);
+        r
+    }
+
+    /// New output of a background process (waiting up to `wait` for some).
+    pub async fn read_process(
+        &self,
+        owner: &str,
+        id: &SandboxId,
+        process: &ProcessId,
+        wait: Duration,
+    ) -> Result<ProcessOutput> {
+        let _busy = self.acquire(owner, id)?;
+        let r = self.backend.read_process(id, process, wait).await;
+        self.forget_if_gone(id, &r);
+        r
+    }
+
+    /// Kills a background process.
+    pub async fn kill_process(
+        &self,
+        owner: &str,
+        id: &SandboxId,
+        process: &ProcessId,
+    ) -> Result<ProcessInfo> {
+        let _busy = self.acquire_running(owner, id)?;
+        let r = self.backend.kill_process(id, process).await;
+        self.forget_if_gone(id, &r);
+        r
+    }
+
+    /// Freezes every process of one of `owner`'s sandboxes. Its idle clock stops until it
+    /// is resumed; runs are refused meanwhile. Refused while a call is using it.
+    pub async fn pause(&self, owner: &str, id: &SandboxId) -> Result<SandboxView> {
+        {
+            let mut inner = self.lock();
+            match inner.entries.get_mut(id) {
+                Some(e) if e.owner == owner => {
+                    if e.paused_at.is_some() {
+                        return Ok(e.view(id));
+                    }
+                    if e.busy > 0 {
+                        return Err(Error::InvalidRequest(format!(
+                            "sandbox {id} is running code; pause it once the run has ended (or \
+                             cancel the run)"
+                        )));
+                    }
+                    // Marked first, so no run starts while the backend freezes it.
+                    e.paused_at = Some(Instant::now());
+                }
+                _ => return Err(Error::not_found(id)),
+            }
+        }
+        let r = self.backend.set_paused(id, true).await;
+        self.forget_if_gone(id, &r);
+        let mut inner = self.lock();
+        let e = inner
+            .entries
+            .get_mut(id)
+            .ok_or_else(|| Error::not_found(id))?;
+        if let Err(err) = r {
+            e.paused_at = None;
+            return Err(err);
+        }
+        Ok(e.view(id))
+    }
+
+    /// Thaws one of `owner`'s paused sandboxes; its idle clock goes on where it stopped.
+    pub async fn resume(&self, owner: &str, id: &SandboxId) -> Result<SandboxView> {
+        match self.lock().entries.get(id) {
+            Some(e) if e.owner == owner && e.paused_at.is_none() => return Ok(e.view(id)),
+            Some(e) if e.owner == owner => {}
+            _ => return Err(Error::not_found(id)),
+        }
+        let r = self.backend.set_paused(id, false).await;
+        self.forget_if_gone(id, &r);
+        r?;
+        let mut inner = self.lock();
+        let e = inner
+            .entries
+            .get_mut(id)
+            .ok_or_else(|| Error::not_found(id))?;
+        if let Some(at) = e.paused_at.take() {
+            e.last_used += at.elapsed();
+        }
+        Ok(e.view(id))
+    }
+
+    /// Sets the idle timeout of one of `owner`'s sandboxes, counted from now.
+    pub fn set_timeout(
+        &self,
+        owner: &str,
+        id: &SandboxId,
+        timeout: Duration,
+    ) -> Result<SandboxView> {
+        let timeout = self.idle_timeout(Some(timeout))?;
+        let mut inner = self.lock();
+        match inner.entries.get_mut(id) {
+            Some(e) if e.owner == owner => {
+                e.idle_timeout = timeout;
+                e.last_used = Instant::now();
+                if e.paused_at.is_some() {
+                    e.paused_at = Some(e.last_used);
+                }
+                Ok(e.view(id))
+            }
+            _ => Err(Error::not_found(id)),
+        }
     }
 
     /// One of `owner`'s sandboxes, with its state and resource use.
@@ -455,7 +629,9 @@ impl Registry {
         };
         let r = self.backend.status(id).await;
         self.forget_if_gone(id, &r);
-        Ok((view, r?))
+        let mut status = r?;
+        status.state = view.state;
+        Ok((view, status))
     }
 
     /// The limits and languages of one of `owner`'s sandboxes.
@@ -630,6 +806,16 @@ mod tests {
         live: Mutex<Vec<SandboxId>>,
         created: AtomicUsize,
         execs: AtomicUsize,
+        /// The one /workspace all fake sandboxes share: a run of `touch NAME` adds NAME.
+        workspace: Mutex<Vec<String>>,
+        snapshots: AtomicUsize,
+        paused: std::sync::atomic::AtomicBool,
+    }
+
+    impl Fake {
+        fn add_file(&self, name: &str) {
+            self.workspace.lock().unwrap().push(name.to_owned());
+        }
     }
 
     #[async_trait]
@@ -658,6 +844,9 @@ mod tests {
                 return Err(Error::not_found(id));
             }
             self.execs.fetch_add(1, Ordering::SeqCst);
+            if let Some(name) = req.code.strip_prefix("touch ") {
+                self.add_file(name);
+            }
             tokio::time::sleep(req.timeout.min(Duration::from_millis(50))).await;
             Ok(ExecOutcome {
                 stdout: req.code,
@@ -698,13 +887,38 @@ mod tests {
         async fn write_file(
             &self,
             _: &SandboxId,
-            _: &str,
-            _: Vec<u8>,
+            path: &str,
+            data: Vec<u8>,
             _: bool,
         ) -> Result<FileWritten> {
-            Err(Error::Unsupported {
-                backend: "fake",
-                operation: "files",
+            self.add_file(path);
+            Ok(FileWritten {
+                path: path.to_owned(),
+                size: data.len() as u64,
+            })
+        }
+        async fn set_paused(&self, _: &SandboxId, paused: bool) -> Result<()> {
+            self.paused.store(paused, Ordering::SeqCst);
+            Ok(())
+        }
+        async fn workspace_snapshot(&self, _: &SandboxId) -> Result<Listing> {
+            self.snapshots.fetch_add(1, Ordering::SeqCst);
+            let entries = self
+                .workspace
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|name| crate::FileEntry {
+                    name: name.clone(),
+                    path: format!("/workspace/{name}"),
+                    kind: crate::FileKind::File,
+                    size: 1,
+                    modified: SystemTime::UNIX_EPOCH,
+                })
+                .collect();
+            Ok(Listing {
+                entries,
+                truncated: false,
             })
         }
         async fn status(&self, id: &SandboxId) -> Result<SandboxStatus> {
@@ -720,6 +934,7 @@ mod tests {
                 cpu_seconds: None,
                 pids: None,
                 kernels: vec![],
+                processes: vec![],
             })
         }
         async fn close(&self, id: &SandboxId) -> Result<()> {
@@ -749,6 +964,93 @@ mod tests {
             code,
             Duration::from_millis(1),
         ))
+    }
+
+    fn changed(ran: &Ran) -> Vec<String> {
+        ran.changes
+            .iter()
+            .flat_map(|c| c.files.iter().map(|f| f.path.clone()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn runs_report_the_files_they_changed_with_one_snapshot_each() {
+        let (fake, r) = registry(RegistryConfig::default());
+        let (view, _) = r.create("a", CreateRequest::default()).await.unwrap();
+        let id = Some(&view.id);
+        let ran = r
+            .run("a", id, run("touch one"), ExecContext::default())
+            .await;
+        assert_eq!(changed(&ran.unwrap()), ["/workspace/one"]);
+        assert_eq!(fake.snapshots.load(Ordering::SeqCst), 2);
+        // The next run starts from the last one's snapshot.
+        let ran = r
+            .run("a", id, run("touch two"), ExecContext::default())
+            .await;
+        assert_eq!(changed(&ran.unwrap()), ["/workspace/two"]);
+        assert_eq!(fake.snapshots.load(Ordering::SeqCst), 3);
+        // A file written through the registry is not the next run's doing.
+        r.write_file("a", &view.id, "three", b"x".to_vec(), false)
+            .await
+            .unwrap();
+        let ran = r.run("a", id, run("print"), ExecContext::default()).await;
+        assert!(changed(&ran.unwrap()).is_empty());
+        assert_eq!(fake.snapshots.load(Ordering::SeqCst), 5);
+        // A file changed between runs some other way (a background process) is reported
+        // by the next run.
+        fake.add_file("four");
+        let ran = r.run("a", id, run("print"), ExecContext::default()).await;
+        assert_eq!(changed(&ran.unwrap()), ["/workspace/four"]);
+        // One-shot runs neither snapshot nor report.
+        let ran = r
+            .run("a", None, run("touch five"), ExecContext::default())
+            .await;
+        assert!(ran.unwrap().changes.is_none());
+        assert_eq!(fake.snapshots.load(Ordering::SeqCst), 6);
+    }
+
+    #[tokio::test]
+    async fn paused_sandboxes_refuse_runs_and_do_not_expire() {
+        let (fake, r) = registry(RegistryConfig::default());
+        let (view, _) = r.create("a", CreateRequest::default()).await.unwrap();
+        let id = view.id.clone();
+        r.set_timeout("a", &id, Duration::from_millis(50)).unwrap();
+        assert!(r.pause("b", &id).await.unwrap_err().is_caller_error());
+        let v = r.pause("a", &id).await.unwrap();
+        assert_eq!(v.state, SandboxState::Paused);
+        assert!(fake.paused.load(Ordering::SeqCst));
+        let e = r
+            .run("a", Some(&id), run("1"), ExecContext::default())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("resume_sandbox"), "{e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(r.reap().await, 0, "a paused sandbox expired");
+        let v = r.resume("a", &id).await.unwrap();
+        assert_eq!(v.state, SandboxState::Running);
+        assert!(!fake.paused.load(Ordering::SeqCst));
+        r.run("a", Some(&id), run("1"), ExecContext::default())
+            .await
+            .unwrap();
+        // A sandbox running code cannot be paused.
+        let busy = {
+            let r = Arc::clone(&r);
+            let id = id.clone();
+            tokio::spawn(async move {
+                let slow = Work::Code(ExecRequest::new(
+                    Language::Python,
+                    "x",
+                    Duration::from_secs(1),
+                ));
+                r.run("a", Some(&id), slow, ExecContext::default()).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let e = r.pause("a", &id).await.unwrap_err();
+        assert!(e.to_string().contains("running code"), "{e}");
+        busy.await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(r.reap().await, 1, "the resumed sandbox did not expire");
     }
 
     #[tokio::test]

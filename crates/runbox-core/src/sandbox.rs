@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::exec::Language;
 use crate::limits::Limits;
+use crate::process::ProcessInfo;
 
 /// A sandbox id: issued by the backend, unguessable, stable for the sandbox's life.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -113,6 +114,8 @@ pub struct SandboxStatus {
     pub pids: Option<u64>,
     /// Kernels running now.
     pub kernels: Vec<Language>,
+    /// Background processes, running or ended and not yet forgotten.
+    pub processes: Vec<ProcessInfo>,
 }
 
 #[cfg(test)]

@@ -32,6 +32,8 @@ pub enum Controller {
     Cpu,
     /// CPU accounting (v1 only; v2 reports it in `cpu.stat`).
     Cpuacct,
+    /// Freezing every process for a pause (v1 only; v2 has `cgroup.freeze` in every group).
+    Freezer,
 }
 
 impl Controller {
@@ -41,6 +43,7 @@ impl Controller {
             Controller::Pids => "pids",
             Controller::Cpu => "cpu",
             Controller::Cpuacct => "cpuacct",
+            Controller::Freezer => "freezer",
         }
     }
 }
@@ -149,6 +152,29 @@ impl Cgroups {
                 .map_err(|e| CgroupUnavailable(format!("create {}: {e}", dir.display())))?;
             writable(dir)?;
         }
+        // The freezer is optional: without it (not mounted, or not delegated to this user)
+        // sandboxes run the same but cannot be paused, which `runbox doctor` reports.
+        if let Some(m) = mounts
+            .iter()
+            .find(|m| !m.v2 && m.controllers.iter().any(|c| c == "freezer"))
+        {
+            let own_path = memberships
+                .iter()
+                .find(|(_, ctrls, _)| ctrls.split(',').any(|c| c == "freezer"))
+                .map(|(_, _, p)| p.clone())
+                .unwrap_or_else(|| "/".into());
+            let dir = m
+                .mount_point
+                .join(rel(parent.unwrap_or(Path::new(&own_path))))
+                .join("runbox");
+            match fs::create_dir_all(&dir)
+                .map_err(|e| CgroupUnavailable(format!("create {}: {e}", dir.display())))
+                .and_then(|()| writable(&dir))
+            {
+                Ok(()) => parents.push((Controller::Freezer, dir)),
+                Err(e) => tracing::debug!("no cgroup freezer, sandboxes cannot pause: {e}"),
+            }
+        }
         Ok(Self {
             version: CgroupVersion::V1,
             parents,
@@ -221,6 +247,14 @@ impl Cgroups {
         let mut v: Vec<_> = self.parents.iter().map(|(c, _)| c.name()).collect();
         v.dedup();
         v
+    }
+
+    /// Whether sandboxes can be paused: v2 groups always can, v1 needs the freezer.
+    pub fn can_freeze(&self) -> bool {
+        match self.version {
+            CgroupVersion::V2 => true,
+            CgroupVersion::V1 => self.dir_of(Controller::Freezer).is_some(),
+        }
     }
 
     /// Whether the memory limit includes swap (v1 needs swap accounting for that).
@@ -398,8 +432,74 @@ impl SandboxCgroup {
             .unwrap_or_default()
     }
 
+    /// Whether the group can be frozen ([`SandboxCgroup::freeze`]).
+    pub fn can_freeze(&self) -> bool {
+        match self.version {
+            CgroupVersion::V2 => self
+                .paths()
+                .first()
+                .is_some_and(|d| d.join("cgroup.freeze").exists()),
+            CgroupVersion::V1 => self.dir(Controller::Freezer).is_some(),
+        }
+    }
+
+    /// Freezes (`true`) or thaws every process of the group and waits, up to `patience`,
+    /// until the kernel reports it done. A frozen process uses no CPU and keeps its state.
+    pub async fn set_frozen(&self, frozen: bool, patience: Duration) -> io::Result<()> {
+        let (dir, file, value) = self.freezer(frozen)?;
+        write(dir, file, value)?;
+        let deadline = tokio::time::Instant::now() + patience;
+        while !self.reached(dir, frozen) {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{} did not reach {value}", dir.join(file).display()),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+
+    /// The directory, file and value that freeze or thaw the group.
+    fn freezer(&self, frozen: bool) -> io::Result<(&Path, &'static str, &'static str)> {
+        let dir = match self.version {
+            CgroupVersion::V2 => self.paths().first().copied(),
+            CgroupVersion::V1 => self.dir(Controller::Freezer),
+        }
+        .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "no cgroup freezer"))?;
+        Ok(match (self.version, frozen) {
+            (CgroupVersion::V2, true) => (dir, "cgroup.freeze", "1"),
+            (CgroupVersion::V2, false) => (dir, "cgroup.freeze", "0"),
+            (CgroupVersion::V1, true) => (dir, "freezer.state", "FROZEN"),
+            (CgroupVersion::V1, false) => (dir, "freezer.state", "THAWED"),
+        })
+    }
+
+    /// Whether the kernel reports the group frozen (or thawed) throughout.
+    fn reached(&self, dir: &Path, frozen: bool) -> bool {
+        match self.version {
+            CgroupVersion::V2 => {
+                read_key(&dir.join("cgroup.events"), "frozen") == Some(u64::from(frozen))
+            }
+            CgroupVersion::V1 => fs::read_to_string(dir.join("freezer.state"))
+                .is_ok_and(|s| s.trim() == if frozen { "FROZEN" } else { "THAWED" }),
+        }
+    }
+
+    /// Thaws the group at once without waiting (before a teardown: a process frozen on v1
+    /// cannot die).
+    pub fn thaw_now(&self) {
+        if self.can_freeze()
+            && let Ok((dir, file, value)) = self.freezer(false)
+        {
+            let _ = write(dir, file, value);
+        }
+    }
+
     /// Kills every process in the group: `cgroup.kill` on v2, one by one on v1.
     pub fn kill_all(&self) {
+        self.thaw_now();
         if self.version == CgroupVersion::V2
             && let Some(d) = self.paths().first()
             && write(d, "cgroup.kill", "1").is_ok()

@@ -342,6 +342,7 @@ impl Drop for StartGuard {
 }
 
 fn spawn_cleanup(cg: SandboxCgroup) {
+    cg.thaw_now();
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {
             if let Err(e) = cg.remove(Duration::from_secs(5)).await {
@@ -604,6 +605,25 @@ impl Jail {
             .unwrap_or_default()
     }
 
+    /// Whether the sandbox can be paused (its cgroup can be frozen).
+    pub fn can_pause(&self) -> bool {
+        self.cgroup.as_ref().is_some_and(SandboxCgroup::can_freeze)
+    }
+
+    /// Freezes every process of the sandbox (`true`) or thaws them: frozen, they use no CPU
+    /// and keep their memory, descriptors and state.
+    pub async fn set_paused(&self, paused: bool) -> Result<(), JailError> {
+        let cg = self.cgroup.as_ref().ok_or_else(|| {
+            JailError::Cgroup(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the sandbox has no cgroup",
+            ))
+        })?;
+        cg.set_frozen(paused, Duration::from_secs(5))
+            .await
+            .map_err(JailError::Cgroup)
+    }
+
     /// The sandbox's cgroup directories (empty without cgroups).
     pub fn cgroup_paths(&self) -> Vec<PathBuf> {
         self.cgroup
@@ -640,6 +660,10 @@ impl Jail {
     /// Ends the sandbox: closes the control socket (the init exits and the kernel kills
     /// every process in its PID namespace), waits for stage one, removes the cgroup.
     pub async fn shutdown(&self) {
+        // A paused sandbox's init could not see the socket close (nor, on v1, die).
+        if let Some(cg) = &self.cgroup {
+            cg.thaw_now();
+        }
         let _ = shutdown(self.shared.fd.get_ref().as_raw_fd(), Shutdown::Both);
         let child = self.child.lock().await.take();
         if let Some(mut child) = child

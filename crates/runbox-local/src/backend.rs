@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use runbox_core::{
     Backend, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, FileContent,
-    FileWritten, Language, Limits, Listing, SandboxId, SandboxInfo, SandboxSpec, SandboxState,
-    SandboxStatus, Work,
+    FileWritten, Language, Limits, Listing, ProcessId, ProcessInfo, ProcessOutput, SandboxId,
+    SandboxInfo, SandboxSpec, SandboxState, SandboxStatus, Work,
 };
 use runbox_jail::{JailHost, JailHostConfig, LayerReport};
 
@@ -421,6 +421,50 @@ impl Backend for LocalBackend {
             cpu_seconds: usage.cpu_seconds,
             pids: usage.pids,
             kernels: sb.kernels(),
+            processes: sb.processes.list(),
+        })
+    }
+
+    async fn start_process(
+        &self,
+        id: &SandboxId,
+        req: CommandRequest,
+    ) -> Result<ProcessInfo, Error> {
+        Self::check_env(&req.env)?;
+        let sb = self.get(id)?;
+        sb.start_process(&self.runtime, &req).await
+    }
+
+    async fn read_process(
+        &self,
+        id: &SandboxId,
+        process: &ProcessId,
+        wait: Duration,
+    ) -> Result<ProcessOutput, Error> {
+        let sb = self.get(id)?;
+        sb.processes.read(process, wait).await
+    }
+
+    async fn kill_process(
+        &self,
+        id: &SandboxId,
+        process: &ProcessId,
+    ) -> Result<ProcessInfo, Error> {
+        let sb = self.get(id)?;
+        sb.processes.kill(&sb.jail, process).await
+    }
+
+    async fn set_paused(&self, id: &SandboxId, paused: bool) -> Result<(), Error> {
+        let sb = self.get(id)?;
+        if !sb.jail.can_pause() {
+            return Err(Error::Unsupported {
+                backend: "local",
+                operation: "pause and resume on this host: the sandbox has no cgroup freezer \
+                            (runbox doctor tells why)",
+            });
+        }
+        sb.jail.set_paused(paused).await.map_err(|e| {
+            Error::sandbox_caused_by(format!("sandbox {id}: could not pause or resume"), e)
         })
     }
 

@@ -17,6 +17,7 @@ mod files;
 mod kernel;
 mod layout;
 mod output;
+mod process;
 pub mod runtime;
 mod sandbox;
 mod transpile;

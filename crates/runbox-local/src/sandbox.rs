@@ -13,6 +13,7 @@ use crate::files::FileAreas;
 use crate::kernel::bash::{self, BashState};
 use crate::kernel::{Kernel, KernelError, spawn_failed};
 use crate::layout::{NODE_DRIVER, PYTHON_DRIVER};
+use crate::process::Processes;
 use crate::runtime::Runtime;
 use crate::transpile::{self, SyntaxError};
 
@@ -55,6 +56,8 @@ pub(crate) struct LocalSandbox {
     python: Mutex<KernelSlot>,
     node: Mutex<KernelSlot>,
     bash: Mutex<BashState>,
+    /// Commands running in the background.
+    pub(crate) processes: Processes,
 }
 
 impl LocalSandbox {
@@ -75,6 +78,7 @@ impl LocalSandbox {
             python: Mutex::default(),
             node: Mutex::default(),
             bash: Mutex::new(BashState::new(env)),
+            processes: Processes::default(),
         }
     }
 
@@ -183,6 +187,25 @@ impl LocalSandbox {
             settings.interrupt_grace,
         )
         .await
+    }
+
+    /// Starts a command line in the background.
+    pub(crate) async fn start_process(
+        &self,
+        runtime: &Runtime,
+        req: &CommandRequest,
+    ) -> Result<runbox_core::ProcessInfo, Error> {
+        if self.jail.has_ended() {
+            return Err(Error::not_found(&self.id));
+        }
+        let bash_path = runtime
+            .require(Language::Bash)?
+            .path
+            .to_string_lossy()
+            .into_owned();
+        self.processes
+            .start(&self.jail, &bash_path, &self.env, req, self.limits.pids)
+            .await
     }
 
     /// Runs code.

@@ -10,6 +10,7 @@
 //! errors, and never silent empty answers.
 
 mod files;
+mod lifecycle;
 mod prompts;
 mod render;
 mod resources;

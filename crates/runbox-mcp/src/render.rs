@@ -57,7 +57,7 @@ pub(crate) fn error(e: &Error) -> CallToolResult {
 /// Result representations that are also sent as MCP image content, so clients show them.
 const IMAGE_TYPES: [&str; 2] = ["image/png", "image/jpeg"];
 
-fn section(text: &mut String, title: &str, body: &str) {
+pub(crate) fn section(text: &mut String, title: &str, body: &str) {
     if body.is_empty() {
         return;
     }
@@ -164,17 +164,39 @@ pub(crate) fn run_code(out: &RunCodeOutput) -> CallToolResult {
     with_structured(base(content), out)
 }
 
+/// How a sandbox state reads in answers.
+pub(crate) fn state_name(state: runbox_core::SandboxState) -> &'static str {
+    match state {
+        runbox_core::SandboxState::Running => "running",
+        runbox_core::SandboxState::Paused => "paused",
+        runbox_core::SandboxState::Closed => "closed",
+    }
+}
+
 /// `run_command`'s result; `isError` for a non-zero status, a timeout or a cancellation.
 pub(crate) fn run_command(out: &RunCommandOutput) -> CallToolResult {
     let mut text = String::new();
     section(&mut text, "stdout", &out.stdout);
     section(&mut text, "stderr", &out.stderr);
-    let _ = writeln!(text, "[exit code {}]", out.exit_code);
+    match (out.exit_code, &out.process_id) {
+        (Some(code), _) => {
+            let _ = writeln!(text, "[exit code {code}]");
+        }
+        (None, Some(p)) => {
+            let _ = writeln!(
+                text,
+                "[started in the background as process {p} in sandbox {}; read its output with \
+                 read_process_output, stop it with kill_process]",
+                out.sandbox_id
+            );
+        }
+        (None, None) => {}
+    }
     let links = file_links(&mut text, &out.files);
     for note in &out.notes {
         let _ = writeln!(text, "[note] {note}");
     }
-    let failed = out.exit_code != 0 || out.timed_out || out.cancelled;
+    let failed = out.exit_code.is_some_and(|c| c != 0) || out.timed_out || out.cancelled;
     let base = if failed {
         CallToolResult::error
     } else {

@@ -1,5 +1,6 @@
 //! The MCP server: the tools of the default profile, on top of the sandbox registry.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,8 +26,8 @@ use crate::render;
 use crate::resources::{self, DataCatalog, SANDBOX_FILE_TEMPLATE, Target};
 use crate::types::{
     CloseSandboxOutput, CreateSandboxArgs, CreateSandboxOutput, LimitsOut, ListSandboxesOutput,
-    RunCodeArgs, RunCodeOutput, RunCommandArgs, RunCommandOutput, SandboxArgs, SandboxStatusOutput,
-    SandboxSummary, language_arg, run_code_output, run_command_output,
+    ProcessOut, RunCodeArgs, RunCodeOutput, RunCommandArgs, RunCommandOutput, SandboxArgs,
+    SandboxStatusOutput, SandboxSummary, language_arg, run_code_output, run_command_output,
 };
 
 /// What the server needs beyond the registry.
@@ -178,7 +179,7 @@ impl Progress {
     }
 }
 
-fn seconds(s: f64, what: &str) -> Result<Duration, Error> {
+pub(crate) fn seconds(s: f64, what: &str) -> Result<Duration, Error> {
     if !s.is_finite() || s <= 0.0 {
         return Err(Error::InvalidRequest(format!(
             "{what} must be a positive number of seconds, got {s}"
@@ -198,7 +199,7 @@ impl RunboxServer {
                 settings,
                 data,
             }),
-            tool_router: Self::tool_router() + Self::file_tools(),
+            tool_router: Self::tool_router() + Self::file_tools() + Self::lifecycle_tools(),
             prompt_router: Self::prompt_router(),
         }
     }
@@ -237,6 +238,44 @@ impl RunboxServer {
             .await;
         progress.finish().await;
         r
+    }
+
+    /// `run_command` with `background: true`: starts the command and answers at once.
+    async fn start_background(
+        &self,
+        sandbox_id: Option<String>,
+        req: CommandRequest,
+    ) -> CallToolResult {
+        let Some(id) = sandbox_id.map(SandboxId::from) else {
+            return render::error(&Error::InvalidRequest(
+                "background: true needs a sandbox_id (from create_sandbox): a background process \
+                 lives in a sandbox that outlasts the call"
+                    .into(),
+            ));
+        };
+        let started = std::time::Instant::now();
+        match self
+            .state
+            .registry
+            .start_process(self.tenant(), &id, req)
+            .await
+        {
+            Ok(info) => render::run_command(&RunCommandOutput {
+                sandbox_id: id.to_string(),
+                ephemeral: false,
+                stdout: String::new(),
+                stderr: String::new(),
+                exit_code: None,
+                process_id: Some(info.id.to_string()),
+                duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+                truncated: false,
+                timed_out: false,
+                cancelled: false,
+                files: Vec::new(),
+                notes: Vec::new(),
+            }),
+            Err(e) => render::error(&e),
+        }
     }
 
     fn run_timeout(&self, asked: Option<f64>) -> Result<Duration, Error> {
@@ -302,6 +341,9 @@ impl RunboxServer {
         let mut req = CommandRequest::new(args.command, timeout);
         req.cwd = args.cwd;
         req.env = args.env;
+        if args.background {
+            return self.start_background(args.sandbox_id, req).await;
+        }
         match self.run(args.sandbox_id, Work::Command(req), &ctx).await {
             Ok(ran) => render::run_command(&run_command_output(ran)),
             Err(e) => render::error(&e),
@@ -370,7 +412,7 @@ impl RunboxServer {
             .into_iter()
             .map(|v| SandboxSummary {
                 sandbox_id: v.id.to_string(),
-                state: "running".into(),
+                state: render::state_name(v.state).into(),
                 created_at: render::rfc3339(v.created_at),
                 expires_at: render::rfc3339(v.expires_at),
                 timeout_seconds: v.idle_timeout.as_secs_f64(),
@@ -414,7 +456,7 @@ impl RunboxServer {
                 let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
                 let out = SandboxStatusOutput {
                     sandbox_id: id.to_string(),
-                    state: "running".into(),
+                    state: render::state_name(view.state).into(),
                     created_at: render::rfc3339(view.created_at),
                     expires_at: render::rfc3339(view.expires_at),
                     timeout_seconds: view.idle_timeout.as_secs_f64(),
@@ -424,6 +466,7 @@ impl RunboxServer {
                     cpu_seconds: status.cpu_seconds,
                     processes: status.pids.map(i),
                     kernels: status.kernels.iter().map(|l| language_arg(*l)).collect(),
+                    background_processes: status.processes.iter().map(ProcessOut::from).collect(),
                     limits: LimitsOut::from(&status.limits),
                 };
                 let mib = |b: i64| b as f64 / 1048576.0;
@@ -451,6 +494,17 @@ impl RunboxServer {
                             .join(", ")
                     },
                 );
+                let mut text = text;
+                for p in &out.background_processes {
+                    let _ = write!(
+                        text,
+                        "\nprocess {}: {} ({})",
+                        p.process_id,
+                        p.exit_code
+                            .map_or("running".to_owned(), |c| format!("exited with {c}")),
+                        p.command
+                    );
+                }
                 render::ok(text, &out)
             }
             Err(e) => render::error(&e),

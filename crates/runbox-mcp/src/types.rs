@@ -77,8 +77,13 @@ pub struct RunCommandArgs {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Seconds before the command is stopped (default 60; at most the server's maximum).
+    /// Not for background commands, which run until they end or are killed.
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
+    /// Start it in the background and answer at once with its process_id (needs
+    /// sandbox_id); read its output with read_process_output, stop it with kill_process.
+    #[serde(default)]
+    pub background: bool,
 }
 
 /// Arguments of `create_sandbox`.
@@ -169,8 +174,12 @@ pub struct RunCommandOutput {
     pub stdout: String,
     /// Standard error (head and tail kept when over the cap).
     pub stderr: String,
-    /// Exit status (128 + the signal number when a signal ended it).
-    pub exit_code: i64,
+    /// Exit status (128 + the signal number when a signal ended it); null for a command
+    /// started in the background.
+    pub exit_code: Option<i64>,
+    /// The background process, with `background: true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_id: Option<String>,
     /// Wall-clock time in milliseconds.
     pub duration_ms: i64,
     /// Whether output was cut to fit the cap.
@@ -302,8 +311,110 @@ pub struct SandboxStatusOutput {
     pub processes: Option<i64>,
     /// Languages with a running kernel.
     pub kernels: Vec<LanguageArg>,
+    /// Background processes started with run_command, running or ended.
+    pub background_processes: Vec<ProcessOut>,
     /// Its limits.
     pub limits: LimitsOut,
+}
+
+/// A background process.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ProcessOut {
+    /// Its id in the sandbox.
+    pub process_id: String,
+    /// The command line.
+    pub command: String,
+    /// When it started (RFC 3339).
+    pub started_at: String,
+    /// Whether it still runs.
+    pub running: bool,
+    /// Its exit code once ended (128 + the signal for a killed one).
+    pub exit_code: Option<i64>,
+}
+
+impl From<&runbox_core::ProcessInfo> for ProcessOut {
+    fn from(p: &runbox_core::ProcessInfo) -> Self {
+        Self {
+            process_id: p.id.to_string(),
+            command: p.command.clone(),
+            started_at: crate::render::rfc3339(p.started_at),
+            running: p.running(),
+            exit_code: p.exit_code.map(i64::from),
+        }
+    }
+}
+
+/// Arguments naming a background process.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessArgs {
+    /// The sandbox it runs in.
+    pub sandbox_id: String,
+    /// Its id, from run_command with background: true.
+    pub process_id: String,
+}
+
+/// Arguments of `read_process_output`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadProcessArgs {
+    /// The sandbox it runs in.
+    pub sandbox_id: String,
+    /// Its id, from run_command with background: true.
+    pub process_id: String,
+    /// Seconds to wait for new output or for the end when there is none yet (default 0,
+    /// at most 60).
+    #[serde(default)]
+    pub wait_seconds: Option<f64>,
+}
+
+/// Result of `read_process_output`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ProcessOutputOut {
+    /// The process.
+    pub process_id: String,
+    /// Standard output written since the last read.
+    pub stdout: String,
+    /// Standard error written since the last read.
+    pub stderr: String,
+    /// Whether it still runs.
+    pub running: bool,
+    /// Its exit code once ended.
+    pub exit_code: Option<i64>,
+    /// Unread bytes dropped since the last read (the oldest go once 1 MiB is waiting).
+    pub dropped_bytes: i64,
+}
+
+/// Result of `kill_process`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct KillProcessOutput {
+    /// The process, now ended.
+    pub process_id: String,
+    /// Its exit code (137 when the kill ended it).
+    pub exit_code: Option<i64>,
+}
+
+/// Arguments of `set_sandbox_timeout`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetTimeoutArgs {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Seconds it may now stay idle, counted from now (at most the server's maximum).
+    pub timeout_seconds: f64,
+}
+
+/// Result of `pause_sandbox`, `resume_sandbox` and `set_sandbox_timeout`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LifecycleOutput {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// running or paused.
+    pub state: String,
+    /// When it closes if left idle (RFC 3339); while paused, the clock stands still.
+    pub expires_at: String,
+    /// Idle life in seconds.
+    pub timeout_seconds: f64,
 }
 
 /// Result of `close_sandbox`.
@@ -542,7 +653,8 @@ pub(crate) fn run_command_output(ran: Ran) -> RunCommandOutput {
         ephemeral: ran.ephemeral,
         stdout: o.stdout,
         stderr: o.stderr,
-        exit_code: i64::from(o.exit_code.unwrap_or(-1)),
+        exit_code: Some(i64::from(o.exit_code.unwrap_or(-1))),
+        process_id: None,
         duration_ms: millis(o.duration),
         truncated: o.truncated,
         timed_out: o.timed_out,

@@ -89,10 +89,22 @@ async fn call(client: &Client, tool: &str, args: Value) -> Value {
 }
 
 async fn warm_round_trips(client: &Client, n: usize) -> Vec<Duration> {
+    warm_round_trips_among(client, n, 0).await
+}
+
+/// Warm runs in a sandbox whose /workspace holds `files` files: each run in a named sandbox
+/// lists /workspace before and after, to report the files it changed.
+async fn warm_round_trips_among(client: &Client, n: usize, files: usize) -> Vec<Duration> {
     let id = call(client, "create_sandbox", json!({})).await["sandbox_id"]
         .as_str()
         .unwrap()
         .to_owned();
+    if files > 0 {
+        let code = format!(
+            "import os\nfor i in range({files}):\n    d = f'/workspace/data/{{i // 100}}'\n    os.makedirs(d, exist_ok=True)\n    open(f'{{d}}/{{i}}.txt', 'w').write('x')"
+        );
+        call(client, "run_code", json!({"sandbox_id": id, "code": code})).await;
+    }
     let args = json!({"sandbox_id": id, "code": "print(1)"});
     for _ in 0..5 {
         call(client, "run_code", args.clone()).await;
@@ -103,6 +115,38 @@ async fn warm_round_trips(client: &Client, n: usize) -> Vec<Duration> {
         let out = call(client, "run_code", args.clone()).await;
         t.push(start.elapsed());
         assert_eq!(out["stdout"], "1\n");
+    }
+    call(client, "close_sandbox", json!({"sandbox_id": id})).await;
+    t
+}
+
+/// write_file then read_file of `size` random-looking bytes, base64 both ways.
+async fn file_round_trips(client: &Client, n: usize, size: usize) -> Vec<Duration> {
+    use base64::Engine as _;
+    let id = call(client, "create_sandbox", json!({})).await["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bytes: Vec<u8> = (0..size).map(|i| (i * 7919 % 251) as u8).collect();
+    let content = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    let mut t = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let w = call(
+            client,
+            "write_file",
+            json!({"sandbox_id": id, "path": "blob.bin", "content": content, "encoding": "base64"}),
+        )
+        .await;
+        let r = call(
+            client,
+            "read_file",
+            json!({"sandbox_id": id, "path": "blob.bin", "encoding": "base64"}),
+        )
+        .await;
+        t.push(start.elapsed());
+        assert_eq!(w["size"], size);
+        assert_eq!(r["content"], content);
     }
     call(client, "close_sandbox", json!({"sandbox_id": id})).await;
     t
@@ -163,6 +207,16 @@ async fn main() {
         "warm run_code round trip, stdio".into(),
         stats(warm_round_trips(&client, n).await),
         "goal < 1 ms median".into(),
+    ));
+    rows.push((
+        "warm run_code round trip, 1000 files in /workspace, stdio".into(),
+        stats(warm_round_trips_among(&client, n, 1000).await),
+        "the changed-files snapshot before and after".into(),
+    ));
+    rows.push((
+        "write_file + read_file of 1 MiB (base64), stdio".into(),
+        stats(file_round_trips(&client, (n / 10).max(10), 1 << 20).await),
+        String::new(),
     ));
     let s = stats(one_shots(&client, one_shot_n, Duration::ZERO).await);
     rows.push((

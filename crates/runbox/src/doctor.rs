@@ -128,12 +128,29 @@ pub(crate) async fn main(args: DoctorArgs) -> u8 {
                 "cgroups",
                 format!("{:?}: {}; {swap}", c.version(), c.controllers().join(", ")),
             );
+            if c.can_freeze() {
+                r.line(Status::Ok, "pause", "cgroup freezer available");
+            } else {
+                r.line(
+                    Status::Warn,
+                    "pause",
+                    "no cgroup freezer (v1 freezer hierarchy not mounted or not writable): \
+                     pause_sandbox is refused",
+                );
+            }
         }
-        Err(e) => r.line(
-            Status::Warn,
-            "cgroups",
-            format!("unavailable, so memory, process and CPU limits fall back to rlimits: {e}"),
-        ),
+        Err(e) => {
+            r.line(
+                Status::Warn,
+                "cgroups",
+                format!("unavailable, so memory, process and CPU limits fall back to rlimits: {e}"),
+            );
+            r.line(
+                Status::Warn,
+                "pause",
+                "no cgroups, so no freezer: pause_sandbox is refused",
+            );
+        }
     }
     let rt = backend.runtime();
     for (name, found) in [

@@ -211,6 +211,7 @@ fn doctor_reports_every_layer_and_passes() {
         "seccomp",
         "landlock",
         "cgroups",
+        "pause",
         "python",
         "node",
         "bash",

@@ -13,15 +13,20 @@ use serde_json::{Value, json};
 use util::mcp::*;
 use util::*;
 
-const TOOLS: [&str; 9] = [
+const TOOLS: [&str; 14] = [
     "close_sandbox",
     "create_sandbox",
     "get_sandbox_status",
+    "kill_process",
     "list_files",
     "list_sandboxes",
+    "pause_sandbox",
     "read_file",
+    "read_process_output",
+    "resume_sandbox",
     "run_code",
     "run_command",
+    "set_sandbox_timeout",
     "write_file",
 ];
 

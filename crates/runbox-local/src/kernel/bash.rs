@@ -62,7 +62,7 @@ impl BashState {
     }
 }
 
-fn check_shell_text(what: &str, text: &str) -> Result<(), Error> {
+pub(crate) fn check_shell_text(what: &str, text: &str) -> Result<(), Error> {
     if text.len() > MAX_CODE {
         return Err(Error::InvalidRequest(format!(
             "the {what} is {} bytes, over the {MAX_CODE}-byte limit of one command line; write it to a \
@@ -148,7 +148,7 @@ pub(crate) async fn command(
     }
 }
 
-fn shell_argv(bash: &str, text: &str) -> Vec<String> {
+pub(crate) fn shell_argv(bash: &str, text: &str) -> Vec<String> {
     vec![
         bash.to_owned(),
         "--noprofile".into(),
