@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use crate::error::Error;
 use crate::error::Result;
-use crate::exec::{CommandRequest, ExecContext, ExecOutcome, ExecRequest};
+use crate::exec::{CommandRequest, ExecContext, ExecOutcome, ExecRequest, InstallRequest};
 use crate::files::{FileContent, FileWritten, Listing};
 use crate::process::{ProcessId, ProcessInfo, ProcessOutput};
 use crate::sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxStatus};
@@ -93,6 +93,18 @@ pub trait Backend: Send + Sync + 'static {
     async fn kill_process(&self, id: &SandboxId, process: &ProcessId) -> Result<ProcessInfo> {
         let _ = (id, process);
         Err(self.unsupported("background processes"))
+    }
+
+    /// Installs packages where the sandbox's kernels and interpreters find them, through
+    /// its network access; the outcome carries the package manager's log and status.
+    async fn install(
+        &self,
+        id: &SandboxId,
+        req: InstallRequest,
+        ctx: ExecContext,
+    ) -> Result<ExecOutcome> {
+        let _ = (id, req, ctx);
+        Err(self.unsupported("package installs"))
     }
 
     /// Freezes (`true`) or thaws every process of a sandbox, state intact.

@@ -310,3 +310,34 @@ mod tests {
         assert_eq!(v["duration"], 1500);
     }
 }
+
+/// A package manager `install_packages` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PackageManager {
+    /// Python packages, importable by the Python kernel and `python3`.
+    Pip,
+    /// Node packages, requirable by the JavaScript kernel and `node`.
+    Npm,
+}
+
+impl std::fmt::Display for PackageManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Pip => "pip",
+            Self::Npm => "npm",
+        })
+    }
+}
+
+/// Packages to install in a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallRequest {
+    /// Which package manager.
+    pub manager: PackageManager,
+    /// Package specifications (`name`, `name==1.2`, `name@^3`), each one argument of the
+    /// package manager, never shell text.
+    pub packages: Vec<String>,
+    /// How long the install may take.
+    pub timeout: std::time::Duration,
+}

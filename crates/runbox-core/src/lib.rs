@@ -26,11 +26,11 @@ mod sandbox;
 pub use backend::Backend;
 pub use error::{Error, Result, chain};
 pub use exec::{
-    CommandRequest, ExecContext, ExecError, ExecOutcome, ExecRequest, Language, OutputChunk,
-    OutputSink, OutputStream, RichResult,
+    CommandRequest, ExecContext, ExecError, ExecOutcome, ExecRequest, InstallRequest, Language,
+    OutputChunk, OutputSink, OutputStream, PackageManager, RichResult,
 };
 pub use files::{Changes, FileContent, FileEntry, FileKind, FileWritten, Listing, changes};
 pub use limits::{Limits, LimitsError};
 pub use process::{ProcessId, ProcessInfo, ProcessOutput};
 pub use registry::{CreateRequest, MAX_CHANGES, Ran, Registry, RegistryConfig, SandboxView, Work};
-pub use sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};
+pub use sandbox::{Network, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};

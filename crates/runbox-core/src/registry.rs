@@ -18,11 +18,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::exec::{CommandRequest, ExecContext, ExecOutcome, ExecRequest, Language};
+use crate::exec::{
+    CommandRequest, ExecContext, ExecOutcome, ExecRequest, InstallRequest, Language,
+};
 use crate::files::{Changes, FileContent, FileWritten, Listing, changes};
 use crate::limits::Limits;
 use crate::process::{ProcessId, ProcessInfo, ProcessOutput};
-use crate::sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};
+use crate::sandbox::{Network, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};
 
 /// Settings of the registry.
 #[derive(Debug, Clone)]
@@ -63,6 +65,8 @@ pub struct CreateRequest {
     pub metadata: BTreeMap<String, String>,
     /// Limits; `None` takes the backend's defaults.
     pub limits: Option<Limits>,
+    /// Network access.
+    pub network: Network,
 }
 
 /// Work to do in a sandbox.
@@ -265,7 +269,7 @@ impl Registry {
         req: CreateRequest,
     ) -> Result<(SandboxView, SandboxInfo)> {
         let idle_timeout = self.idle_timeout(req.idle_timeout)?;
-        let pooled = if req.env.is_empty() && req.limits.is_none() {
+        let pooled = if req.env.is_empty() && req.limits.is_none() && req.network == Network::None {
             self.lock().pool.pop_front()
         } else {
             None
@@ -281,6 +285,7 @@ impl Registry {
                         limits: req.limits,
                         env: req.env,
                         metadata: req.metadata.clone(),
+                        network: req.network,
                     })
                     .await?
             }
@@ -488,6 +493,23 @@ impl Registry {
             e.workspace = None;
         }
         let r = self.backend.write_file(id, path, data, append).await;
+        self.forget_if_gone(id, &r);
+        r
+    }
+
+    /// Installs packages in one of `owner`'s sandboxes.
+    pub async fn install(
+        &self,
+        owner: &str,
+        id: &SandboxId,
+        req: InstallRequest,
+        ctx: ExecContext,
+    ) -> Result<ExecOutcome> {
+        let _busy = self.acquire_running(owner, id)?;
+        if let Some(e) = self.lock().entries.get_mut(id) {
+            e.workspace = None;
+        }
+        let r = self.backend.install(id, req, ctx).await;
         self.forget_if_gone(id, &r);
         r
     }
@@ -832,6 +854,7 @@ mod tests {
                 created_at: SystemTime::now(),
                 limits: Limits::default(),
                 languages: vec![Language::Python],
+                allowed_hosts: Vec::new(),
             })
         }
         async fn exec(

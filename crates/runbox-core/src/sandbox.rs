@@ -68,6 +68,21 @@ pub struct SandboxSpec {
     pub env: BTreeMap<String, String>,
     /// Free-form labels, kept and reported back, never interpreted.
     pub metadata: BTreeMap<String, String>,
+    /// Network access.
+    #[serde(default)]
+    pub network: Network,
+}
+
+/// What a sandbox may reach on the network.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Nothing: an empty network namespace with its own loopback.
+    #[default]
+    None,
+    /// HTTP and HTTPS through the server's egress proxy, to these hosts (a subset of the
+    /// operator's list; empty means the operator's whole list).
+    Allowlist(Vec<String>),
 }
 
 /// A sandbox that was just created.
@@ -81,6 +96,8 @@ pub struct SandboxInfo {
     pub limits: Limits,
     /// Languages that can run in it.
     pub languages: Vec<Language>,
+    /// The hosts it may reach through the egress proxy (empty: no network).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Lifecycle state.

@@ -343,6 +343,7 @@ impl Backend for LocalBackend {
             created_at: sandbox.created_at,
             limits,
             languages: self.runtime.languages(),
+            allowed_hosts: Vec::new(),
         };
         self.registry().live.insert(id, sandbox);
         drop(reservation);

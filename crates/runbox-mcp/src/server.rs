@@ -17,8 +17,8 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler, tool, tool_handler, tool_router};
 use runbox_core::{
-    CommandRequest, CreateRequest, Error, ExecContext, ExecRequest, OutputChunk, OutputStream, Ran,
-    Registry, SandboxId, Work,
+    CommandRequest, CreateRequest, Error, ExecContext, ExecRequest, Network, OutputChunk,
+    OutputStream, Ran, Registry, SandboxId, Work,
 };
 use tokio::sync::mpsc;
 
@@ -375,6 +375,7 @@ impl RunboxServer {
             env: args.env,
             metadata: args.metadata,
             limits: None,
+            network: Network::None,
         };
         match self.state.registry.create(self.tenant(), req).await {
             Ok((view, info)) => {
