@@ -45,6 +45,10 @@ pub struct IndexHosts {
     pub pip: Vec<String>,
     /// npm's registry.
     pub npm: Vec<String>,
+    /// Variables that point a sandbox's pip and npm at the same indexes as the host's
+    /// (`PIP_INDEX_URL`, `PIP_EXTRA_INDEX_URL`, `PIP_TRUSTED_HOST`, `npm_config_registry`).
+    /// A URL carrying credentials is left out: a sandbox must never see the operator's.
+    pub env: Vec<(String, String)>,
 }
 
 impl IndexHosts {
@@ -181,8 +185,39 @@ pub fn url_host(url: &str) -> Option<String> {
 /// Finds the package-index hosts of this machine's pip and npm. A command that is missing,
 /// fails or times out is skipped (logged at debug level); this never fails.
 pub async fn discover_index_hosts(commands: &IndexCommands) -> IndexHosts {
-    let (pip, npm) = tokio::join!(pip_hosts(commands), npm_hosts(commands));
-    IndexHosts { pip, npm }
+    let ((pip, settings), (npm, registry)) = tokio::join!(pip_hosts(commands), npm_hosts(commands));
+    let mut env = Vec::new();
+    let shareable = |url: &&String| !has_credentials(url);
+    if let Some(index) = settings.index_urls.iter().find(shareable) {
+        env.push(("PIP_INDEX_URL".to_owned(), index.clone()));
+    }
+    let extra: Vec<&str> = settings
+        .extra_index_urls
+        .iter()
+        .filter(shareable)
+        .map(String::as_str)
+        .collect();
+    if !extra.is_empty() {
+        env.push(("PIP_EXTRA_INDEX_URL".to_owned(), extra.join(" ")));
+    }
+    if !settings.trusted_hosts.is_empty() {
+        env.push((
+            "PIP_TRUSTED_HOST".to_owned(),
+            settings.trusted_hosts.join(" "),
+        ));
+    }
+    if let Some(registry) = registry.filter(|r| !has_credentials(r)) {
+        env.push(("npm_config_registry".to_owned(), registry));
+    }
+    IndexHosts { pip, npm, env }
+}
+
+/// Whether a URL carries a user name or password (`scheme://user:pass@host/`).
+fn has_credentials(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split(['/', '?', '#'])
+        .next()
+        .is_some_and(|authority| authority.contains('@'))
 }
 
 /// Every host [`discover_index_hosts`] finds, as one list.
@@ -190,7 +225,7 @@ pub async fn discover_package_hosts(commands: &IndexCommands) -> Vec<String> {
     discover_index_hosts(commands).await.all()
 }
 
-async fn pip_hosts(commands: &IndexCommands) -> Vec<String> {
+async fn pip_hosts(commands: &IndexCommands) -> (Vec<String>, PipSettings) {
     let mut settings = PipSettings::from_env();
     let listed = run(commands, &commands.python, &["-m", "pip", "config", "list"]).await;
     if let Some(text) = listed {
@@ -210,20 +245,24 @@ async fn pip_hosts(commands: &IndexCommands) -> Vec<String> {
             push_unique(&mut hosts, host);
         }
     }
-    hosts
+    (hosts, settings)
 }
 
-async fn npm_hosts(commands: &IndexCommands) -> Vec<String> {
-    run(commands, &commands.npm, &["config", "get", "registry"])
+/// npm's registry host, and its URL.
+async fn npm_hosts(commands: &IndexCommands) -> (Vec<String>, Option<String>) {
+    let registry = run(commands, &commands.npm, &["config", "get", "registry"])
         .await
         .and_then(|text| {
             text.lines()
                 .map(str::trim)
                 .find(|l| !l.is_empty())
-                .and_then(url_host)
-        })
-        .into_iter()
-        .collect()
+                .map(str::to_owned)
+        });
+    let host = registry.as_deref().and_then(url_host);
+    (
+        host.into_iter().collect(),
+        registry.filter(|r| url_host(r).is_some()),
+    )
 }
 
 /// Runs a command with the server's environment; its stdout, or `None` (logged). Python runs
@@ -327,6 +366,14 @@ not a setting line
     }
 
     #[test]
+    fn urls_with_credentials_are_never_shared() {
+        assert!(has_credentials("https://user:secret@mirror.example/simple"));
+        assert!(has_credentials("https://token@mirror.example"));
+        assert!(!has_credentials("https://mirror.example/simple?x=a@b"));
+        assert!(!has_credentials("https://mirror.example:8443/pypi/simple"));
+    }
+
+    #[test]
     fn url_hosts_keep_only_non_default_ports() {
         assert_eq!(
             url_host("https://idx.example.test/simple/").as_deref(),
@@ -364,6 +411,7 @@ not a setting line
         let hosts = IndexHosts {
             pip: vec!["a.example.test".into(), "b.example.test".into()],
             npm: vec!["b.example.test".into(), "c.example.test".into()],
+            env: Vec::new(),
         };
         assert_eq!(
             hosts.all(),

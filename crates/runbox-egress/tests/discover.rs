@@ -20,4 +20,16 @@ async fn finds_this_machines_pip_and_npm_index_hosts() {
         assert_eq!(pattern.to_string(), entry, "entries are canonical");
         assert!(!entry.contains(['/', '@', ' ']), "{entry}");
     }
+    // npm inside a sandbox is pointed at the host's registry, whose host is allowed.
+    let registry = hosts
+        .env
+        .iter()
+        .find(|(k, _)| k == "npm_config_registry")
+        .map(|(_, v)| v.clone())
+        .expect("the npm registry is passed on");
+    assert!(
+        hosts.npm.iter().any(|h| registry.contains(h.as_str())),
+        "{registry} vs {:?}",
+        hosts.npm
+    );
 }

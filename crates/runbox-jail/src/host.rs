@@ -185,8 +185,15 @@ impl JailHost {
             spec,
         };
         let mut guard = StartGuard { cgroup };
-        let (child, shared, report, init_pid, dirs) =
+        let (child, shared, report, init_pid, exported) =
             self.launch(&policy, guard.cgroup.as_ref()).await?;
+        let (mut dirs, mut listeners) = (Vec::new(), Vec::new());
+        for e in exported {
+            match e {
+                Exported::Dir(d) => dirs.push(d),
+                Exported::Listener(l) => listeners.push(l),
+            }
+        }
         let reader = tokio::spawn(read_loop(Arc::clone(&shared)));
         Ok(Jail {
             name: name.to_owned(),
@@ -199,6 +206,7 @@ impl JailHost {
             report,
             init_pid,
             dirs,
+            listeners: Mutex::new(listeners),
         })
     }
 
@@ -212,7 +220,7 @@ impl JailHost {
             Arc<Shared>,
             LayerReport,
             u32,
-            Vec<(PathBuf, OwnedFd)>,
+            Vec<Exported>,
         ),
         JailError,
     > {
@@ -288,17 +296,29 @@ impl JailHost {
                         step: "handshake".into(),
                         error: "ready before stage one reported the init".into(),
                     })?;
-                    if fds.len() != policy.spec.export_dirs.len() {
+                    let wanted = policy.spec.export_dirs.len() + policy.spec.listen_tcp.len();
+                    if fds.len() != wanted {
                         return Err(JailError::Setup {
                             step: "handshake".into(),
                             error: format!(
-                                "{} directories exported, {} asked for",
-                                fds.len(),
-                                policy.spec.export_dirs.len()
+                                "{} descriptors exported, {wanted} asked for",
+                                fds.len()
                             ),
                         });
                     }
-                    let dirs = policy.spec.export_dirs.iter().cloned().zip(fds).collect();
+                    let mut fds = fds.into_iter();
+                    let mut exported: Vec<Exported> = Vec::with_capacity(wanted);
+                    for dir in &policy.spec.export_dirs {
+                        if let Some(fd) = fds.next() {
+                            exported.push(Exported::Dir((dir.clone(), fd)));
+                        }
+                    }
+                    for &port in &policy.spec.listen_tcp {
+                        if let Some(fd) = fds.next() {
+                            exported.push(Exported::Listener((port, fd)));
+                        }
+                    }
+                    let dirs = exported;
                     return Ok((child, shared, report, init, dirs));
                 }
                 FromInit::SetupFailed { step, error } => {
@@ -533,6 +553,13 @@ pub struct Jail {
     report: LayerReport,
     init_pid: u32,
     dirs: Vec<(PathBuf, OwnedFd)>,
+    listeners: Mutex<Vec<(u16, OwnedFd)>>,
+}
+
+/// A descriptor the init handed over with its ready report.
+enum Exported {
+    Dir((PathBuf, OwnedFd)),
+    Listener((u16, OwnedFd)),
 }
 
 impl std::fmt::Debug for Shared {
@@ -641,6 +668,17 @@ impl Jail {
             .iter()
             .find(|(p, _)| p == inside)
             .map(|(_, fd)| fd.as_fd())
+    }
+
+    /// The socket listening on the sandbox's `127.0.0.1:port` ([`JailSpec::listen_tcp`]),
+    /// once: the caller accepts on it from then on.
+    pub fn take_listener(&self, port: u16) -> Option<OwnedFd> {
+        let mut listeners = self
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let i = listeners.iter().position(|(p, _)| *p == port)?;
+        Some(listeners.swap_remove(i).1)
     }
 
     /// Host pid of the sandbox's init (for diagnostics and tests).

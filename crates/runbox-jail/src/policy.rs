@@ -136,6 +136,13 @@ pub struct JailSpec {
     /// with its ready report, so the host can reach files beneath them (with `openat2` and
     /// `RESOLVE_BENEATH`) without going through `/proc`. At most [`crate::proto::MAX_FDS`].
     pub export_dirs: Vec<PathBuf>,
+    /// Ports on which the init listens on the sandbox's own `127.0.0.1`, before any sandboxed
+    /// code runs, handing the listening sockets to the host with its ready report: the host
+    /// accepts what sandboxed code connects there (the egress proxy). Sandboxed code cannot
+    /// bind them itself (they are taken) and reaches them only if Landlock's `tcp_ports`
+    /// lists them.
+    #[serde(default)]
+    pub listen_tcp: Vec<u16>,
 }
 
 /// Everything the init needs to build one sandbox: the spec plus what the host decided.

@@ -8,13 +8,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use runbox_core::{
     Backend, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, FileContent,
-    FileWritten, Language, Limits, Listing, ProcessId, ProcessInfo, ProcessOutput, SandboxId,
-    SandboxInfo, SandboxSpec, SandboxState, SandboxStatus, Work,
+    FileWritten, InstallRequest, Language, Limits, Listing, Network, ProcessId, ProcessInfo,
+    ProcessOutput, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus, Work,
 };
 use runbox_jail::{JailHost, JailHostConfig, LayerReport};
 
 use crate::files::FileAreas;
 use crate::layout::Layout;
+use crate::layout::{EGRESS_PORT, PYTHON_PACKAGES, egress_env};
 use crate::runtime::{InterpreterPaths, Runtime};
 use crate::sandbox::{LocalSandbox, RunSettings};
 
@@ -38,6 +39,30 @@ pub struct LocalConfig {
     pub sandbox_tcp_ports: Vec<u16>,
     /// The operator's data files, mounted read-only at `/data` in every sandbox.
     pub data_dir: Option<PathBuf>,
+    /// Network access for sandboxes that ask for it; `None`: no sandbox gets any.
+    pub egress: Option<EgressConfig>,
+}
+
+/// How sandboxes with network access reach out: through a proxy of the server's, per
+/// sandbox, that lets through only the hosts of `policy` (narrowed by the sandbox's request).
+#[derive(Clone)]
+pub struct EgressConfig {
+    /// The operator's hosts, address exceptions and proxy limits.
+    pub policy: runbox_egress::Policy,
+    /// Package-index variables passed to sandboxes (see
+    /// [`runbox_egress::IndexHosts::env`]).
+    pub index_env: Vec<(String, String)>,
+    /// Where every proxy decision goes, besides the log.
+    pub events: Option<runbox_egress::EventSink>,
+}
+
+impl std::fmt::Debug for EgressConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressConfig")
+            .field("policy", &self.policy)
+            .field("index_env", &self.index_env)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for LocalConfig {
@@ -51,6 +76,7 @@ impl Default for LocalConfig {
             interrupt_grace: Duration::from_secs(2),
             sandbox_tcp_ports: Vec::new(),
             data_dir: None,
+            egress: None,
         }
     }
 }
@@ -279,6 +305,31 @@ fn check_data_dir(dir: &Path) -> Result<PathBuf, Error> {
     Ok(dir)
 }
 
+/// Starts the egress proxy of a new sandbox on the socket its init listens on, and makes
+/// the folder `install_packages` fills for Python.
+fn start_proxy(
+    jail: &runbox_jail::Jail,
+    files: &FileAreas,
+    policy: runbox_egress::Policy,
+    events: Option<runbox_egress::EventSink>,
+) -> Result<runbox_egress::EgressHandle, Error> {
+    let fd = jail
+        .take_listener(EGRESS_PORT)
+        .ok_or_else(|| Error::sandbox("the sandbox's init did not listen for the egress proxy"))?;
+    let listener = std::net::TcpListener::from(fd);
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpListener::from_std(listener))
+        .map(|l| runbox_egress::spawn(l, Arc::new(policy), events))
+        .and_then(|handle| {
+            files
+                .create_dir_all(PYTHON_PACKAGES)
+                .map_err(std::io::Error::other)?;
+            Ok(handle)
+        })
+        .map_err(|e| Error::sandbox_caused_by("could not start the egress proxy", e))
+}
+
 /// Releases a reserved creation slot if creation fails or is abandoned.
 struct Reservation<'a> {
     backend: &'a LocalBackend,
@@ -304,6 +355,31 @@ impl Backend for LocalBackend {
             .validate()
             .map_err(|e| Error::InvalidRequest(e.to_string()))?;
         Self::check_env(&spec.env)?;
+        let egress = match &spec.network {
+            Network::None => None,
+            Network::Allowlist(hosts) => {
+                let none = || {
+                    Error::InvalidRequest(
+                        "network \"allowlist\" is not available: this server allows no hosts \
+                         (its operator lists them with --allow-host)"
+                            .into(),
+                    )
+                };
+                let config = self.config.egress.as_ref().ok_or_else(none)?;
+                if config.policy.allowlist.is_empty() {
+                    return Err(none());
+                }
+                let policy = if hosts.is_empty() {
+                    config.policy.clone()
+                } else {
+                    config
+                        .policy
+                        .narrow(hosts)
+                        .map_err(|e| Error::InvalidRequest(e.to_string()))?
+                };
+                Some((config, policy))
+            }
+        };
         let reservation = {
             let mut reg = self.registry();
             if reg.live.len() + reg.starting >= self.config.max_sandboxes {
@@ -318,11 +394,14 @@ impl Backend for LocalBackend {
         let id = SandboxId::random();
         let jail = self
             .host
-            .start(id.as_str(), self.layout.spec(&limits))
+            .start(id.as_str(), self.layout.spec(&limits, egress.is_some()))
             .await
             .map_err(|e| Error::sandbox_caused_by("could not create a sandbox", e))?;
         tracing::debug!(sandbox = %id, layers = ?jail.report(), "sandbox created");
         let mut env: BTreeMap<String, String> = self.base_env.iter().cloned().collect();
+        if let Some((config, _)) = &egress {
+            env.extend(egress_env(&config.index_env));
+        }
         env.extend(spec.env);
         let files = match FileAreas::open(&jail, &self.layout.export_dirs) {
             Ok(f) => f,
@@ -331,19 +410,39 @@ impl Backend for LocalBackend {
                 return Err(e);
             }
         };
+        let mut allowed_hosts = Vec::new();
+        let proxy = match egress {
+            None => None,
+            Some((config, policy)) => {
+                allowed_hosts = policy
+                    .allowlist
+                    .patterns()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                match start_proxy(&jail, &files, policy, config.events.clone()) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        jail.shutdown().await;
+                        return Err(e);
+                    }
+                }
+            }
+        };
         let sandbox = Arc::new(LocalSandbox::new(
             id.clone(),
             jail,
             files,
             limits.clone(),
             env,
+            proxy,
         ));
         let info = SandboxInfo {
             id: id.clone(),
             created_at: sandbox.created_at,
             limits,
             languages: self.runtime.languages(),
-            allowed_hosts: Vec::new(),
+            allowed_hosts,
         };
         self.registry().live.insert(id, sandbox);
         drop(reservation);
@@ -453,6 +552,16 @@ impl Backend for LocalBackend {
     ) -> Result<ProcessInfo, Error> {
         let sb = self.get(id)?;
         sb.processes.kill(&sb.jail, process).await
+    }
+
+    async fn install(
+        &self,
+        id: &SandboxId,
+        req: InstallRequest,
+        ctx: ExecContext,
+    ) -> Result<ExecOutcome, Error> {
+        let sb = self.get(id)?;
+        sb.install(&self.runtime, &req, &ctx, self.settings()).await
     }
 
     async fn set_paused(&self, id: &SandboxId, paused: bool) -> Result<(), Error> {

@@ -301,6 +301,68 @@ impl FileAreas {
         })
     }
 
+    /// Opens (creating what is missing, owned by the sandbox's user) the directories
+    /// `parts` beneath `area`, one `openat2` at a time.
+    fn open_dirs(
+        &self,
+        area: &Area,
+        parts: &[&std::ffi::OsStr],
+        shown: &str,
+    ) -> Result<OwnedFd, Error> {
+        // Directories are opened for reading (not O_PATH): a new one must be chowned.
+        let mut dir = openat2(
+            &area.fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .map_err(|e| io_error(shown, "open", e))?;
+        for &part in parts {
+            let open = |d: &OwnedFd| {
+                openat2(
+                    d,
+                    part,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                    RESOLVE,
+                )
+            };
+            dir = match open(&dir) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => {
+                    match mkdirat(&dir, part, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(io_error(shown, "create a directory for", e)),
+                    }
+                    let fd = open(&dir).map_err(|e| io_error(shown, "open", e))?;
+                    self.chown(&fd).map_err(|e| io_error(shown, "chown", e))?;
+                    fd
+                }
+                Err(e) => return Err(io_error(shown, "open", e)),
+            };
+        }
+        Ok(dir)
+    }
+
+    /// Creates `path` and its missing parents in a writable area, owned by the sandbox's
+    /// user.
+    pub(crate) fn create_dir_all(&self, path: &str) -> Result<(), Error> {
+        let (area, rel, shown) = self.locate(path)?;
+        if area.read_only {
+            return Err(Error::InvalidRequest(format!("{shown} is read-only")));
+        }
+        let rel = Path::new(&rel);
+        let parts: Vec<&std::ffi::OsStr> = rel
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        self.open_dirs(area, &parts, &shown).map(drop)
+    }
+
     /// Writes (or appends) `data` to `path`, creating missing parent directories.
     pub(crate) fn write(
         &self,
@@ -340,39 +402,7 @@ impl FileAreas {
                 "{shown} is a directory; give a file name"
             )));
         };
-        // Directories are opened for reading (not O_PATH): a new one must be chowned.
-        let mut dir = openat2(
-            &area.fd,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            RESOLVE,
-        )
-        .map_err(|e| io_error(&shown, "open", e))?;
-        for part in parts {
-            let open = |d: &OwnedFd| {
-                openat2(
-                    d,
-                    part,
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                    RESOLVE,
-                )
-            };
-            dir = match open(&dir) {
-                Ok(fd) => fd,
-                Err(Errno::NOENT) => {
-                    match mkdirat(&dir, part, Mode::from_raw_mode(0o755)) {
-                        Ok(()) | Err(Errno::EXIST) => {}
-                        Err(e) => return Err(io_error(&shown, "create a directory for", e)),
-                    }
-                    let fd = open(&dir).map_err(|e| io_error(&shown, "open", e))?;
-                    self.chown(&fd).map_err(|e| io_error(&shown, "chown", e))?;
-                    fd
-                }
-                Err(e) => return Err(io_error(&shown, "open", e)),
-            };
-        }
+        let dir = self.open_dirs(area, &parts, &shown)?;
         let mode = if append {
             OFlags::APPEND
         } else {

@@ -16,6 +16,60 @@ pub(crate) const PYTHON_DRIVER: &str = "/opt/runbox/python_kernel.py";
 pub(crate) const NODE_DRIVER: &str = "/opt/runbox/node_kernel.js";
 pub(crate) const BASH_PRELUDE: &str = "/opt/runbox/bash_prelude.sh";
 
+/// Where the egress proxy appears inside a sandbox with network access: `127.0.0.1:3128`.
+pub(crate) const EGRESS_PORT: u16 = 3128;
+/// Where `install_packages` puts Python packages (on `PYTHONPATH`).
+pub(crate) const PYTHON_PACKAGES: &str = "/workspace/.packages/python";
+/// The CA bundle sandboxes trust, when the host has it (`/etc/ssl` is bound read-only).
+const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The environment of a sandbox with network access: the proxy, the host's CA bundle (so
+/// TLS works where the host's does), where installed Python packages go, and the host's
+/// package-index settings (`index_env`).
+pub(crate) fn egress_env(index_env: &[(String, String)]) -> Vec<(String, String)> {
+    let proxy = format!("http://127.0.0.1:{EGRESS_PORT}");
+    let mut env: Vec<(String, String)> = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "npm_config_proxy",
+        "npm_config_https_proxy",
+    ]
+    .into_iter()
+    .map(|k| (k.to_owned(), proxy.clone()))
+    .collect();
+    env.push(("NO_PROXY".into(), "localhost,127.0.0.1,::1".into()));
+    env.push(("no_proxy".into(), "localhost,127.0.0.1,::1".into()));
+    // The host's own choice of bundle when it is one a sandbox can see, else the system's.
+    let ca = [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "PIP_CERT",
+        "NODE_EXTRA_CA_CERTS",
+    ]
+    .into_iter()
+    .filter_map(|k| std::env::var(k).ok())
+    .find(|p| p.starts_with("/etc/ssl/") && Path::new(p).is_file())
+    .or_else(|| Path::new(CA_BUNDLE).is_file().then(|| CA_BUNDLE.to_owned()));
+    if let Some(ca) = ca {
+        for k in [
+            "SSL_CERT_FILE",
+            "REQUESTS_CA_BUNDLE",
+            "PIP_CERT",
+            "NODE_EXTRA_CA_CERTS",
+            "CURL_CA_BUNDLE",
+        ] {
+            env.push((k.to_owned(), ca.clone()));
+        }
+    }
+    env.push(("PYTHONPATH".into(), PYTHON_PACKAGES.into()));
+    env.push(("npm_config_cache".into(), "/tmp/.npm".into()));
+    env.push(("npm_config_update_notifier".into(), "false".into()));
+    env.extend(index_env.iter().cloned());
+    env
+}
+
 /// Top-level entries of the host that every sandbox mirrors: a symlink where the host has
 /// one (merged /usr), a read-only bind where it has a directory.
 const TOP_LEVEL: [&str; 7] = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
@@ -168,7 +222,13 @@ impl Layout {
     }
 
     /// The jail spec of one sandbox with `limits`.
-    pub(crate) fn spec(&self, limits: &Limits) -> JailSpec {
+    /// The jail of one sandbox; with `egress`, the init listens on [`EGRESS_PORT`] for the
+    /// server's proxy, and Landlock lets the sandbox connect there.
+    pub(crate) fn spec(&self, limits: &Limits, egress: bool) -> JailSpec {
+        let mut tcp_ports = self.tcp_ports.clone();
+        if egress {
+            tcp_ports.push(EGRESS_PORT);
+        }
         let mib = |m: u64| m.saturating_mul(1 << 20);
         JailSpec {
             hostname: "sandbox".into(),
@@ -198,9 +258,14 @@ impl Layout {
                 read_exec: self.read_exec.clone(),
                 read_write: vec!["/workspace".into(), "/tmp".into(), "/dev/shm".into()],
                 devices: vec!["/dev".into()],
-                tcp_ports: self.tcp_ports.clone(),
+                tcp_ports,
             },
             export_dirs: self.export_dirs.clone(),
+            listen_tcp: if egress {
+                vec![EGRESS_PORT]
+            } else {
+                Vec::new()
+            },
             resources: CgroupLimits {
                 memory_bytes: limits.memory_bytes(),
                 pids: limits.pids,

@@ -22,5 +22,5 @@ pub mod runtime;
 mod sandbox;
 mod transpile;
 
-pub use backend::{Diagnostics, LocalBackend, LocalConfig};
+pub use backend::{Diagnostics, EgressConfig, LocalBackend, LocalConfig};
 pub use runtime::{Interpreter, InterpreterPaths, Runtime};

@@ -4,15 +4,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use runbox_core::{
-    CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, Language, Limits, SandboxId,
+    CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, InstallRequest, Language, Limits,
+    PackageManager, SandboxId,
 };
-use runbox_jail::Jail;
+use runbox_jail::{Jail, SpawnRequest};
 use tokio::sync::Mutex;
 
 use crate::files::FileAreas;
 use crate::kernel::bash::{self, BashState};
 use crate::kernel::{Kernel, KernelError, spawn_failed};
-use crate::layout::{NODE_DRIVER, PYTHON_DRIVER};
+use crate::layout::{NODE_DRIVER, PYTHON_DRIVER, PYTHON_PACKAGES};
 use crate::process::Processes;
 use crate::runtime::Runtime;
 use crate::transpile::{self, SyntaxError};
@@ -27,6 +28,38 @@ fn syntax_error_outcome(e: SyntaxError) -> ExecOutcome {
         }),
         ..Default::default()
     }
+}
+
+/// Most packages one install takes.
+const MAX_PACKAGES: usize = 64;
+
+/// Package specifications must be names (with versions or extras), not options or files.
+fn check_packages(packages: &[String]) -> Result<(), Error> {
+    if packages.is_empty() {
+        return Err(Error::InvalidRequest(
+            "packages is empty: name at least one".into(),
+        ));
+    }
+    if packages.len() > MAX_PACKAGES {
+        return Err(Error::InvalidRequest(format!(
+            "{} packages asked for; install at most {MAX_PACKAGES} at a time",
+            packages.len()
+        )));
+    }
+    for p in packages {
+        if p.trim().is_empty() || p.len() > 512 || p.contains(['\0', '\n', '\r']) {
+            return Err(Error::InvalidRequest(format!(
+                "{p:?} is not a package specification"
+            )));
+        }
+        if p.starts_with('-') {
+            return Err(Error::InvalidRequest(format!(
+                "{p:?} looks like an option; give package names (with versions, such as \
+                 requests==2.32 or lodash@4) only"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A kernel, or the memory that one was lost (so the next run can say it started afresh).
@@ -58,6 +91,8 @@ pub(crate) struct LocalSandbox {
     bash: Mutex<BashState>,
     /// Commands running in the background.
     pub(crate) processes: Processes,
+    /// The egress proxy, for a sandbox with network access (stopped when dropped).
+    pub(crate) egress: Option<runbox_egress::EgressHandle>,
 }
 
 impl LocalSandbox {
@@ -67,6 +102,7 @@ impl LocalSandbox {
         files: FileAreas,
         limits: Limits,
         env: std::collections::BTreeMap<String, String>,
+        egress: Option<runbox_egress::EgressHandle>,
     ) -> Self {
         Self {
             id,
@@ -79,6 +115,7 @@ impl LocalSandbox {
             node: Mutex::default(),
             bash: Mutex::new(BashState::new(env)),
             processes: Processes::default(),
+            egress,
         }
     }
 
@@ -187,6 +224,99 @@ impl LocalSandbox {
             settings.interrupt_grace,
         )
         .await
+    }
+
+    /// Installs packages with pip (into [`PYTHON_PACKAGES`], on `PYTHONPATH`) or npm (into
+    /// `/workspace/node_modules`, where `require` looks first), through the egress proxy.
+    /// Each package is one argument of the package manager, after `--`: never shell text,
+    /// never an option.
+    pub(crate) async fn install(
+        &self,
+        runtime: &Runtime,
+        req: &InstallRequest,
+        ctx: &ExecContext,
+        settings: RunSettings,
+    ) -> Result<ExecOutcome, Error> {
+        if self.jail.has_ended() {
+            return Err(Error::not_found(&self.id));
+        }
+        if self.egress.is_none() {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {} has no network access, so {} cannot download packages; create a \
+                 sandbox with network: \"allowlist\" (the server's --allow-host list must \
+                 include the package index)",
+                self.id, req.manager
+            )));
+        }
+        check_packages(&req.packages)?;
+        let mut argv = match req.manager {
+            PackageManager::Pip => {
+                let python = runtime
+                    .require(Language::Python)?
+                    .path
+                    .to_string_lossy()
+                    .into_owned();
+                [
+                    python.as_str(),
+                    "-m",
+                    "pip",
+                    "install",
+                    "--target",
+                    PYTHON_PACKAGES,
+                    "--no-input",
+                    "--disable-pip-version-check",
+                    "--no-cache-dir",
+                    "--progress-bar",
+                    "off",
+                    "--",
+                ]
+                .map(str::to_owned)
+                .to_vec()
+            }
+            PackageManager::Npm => {
+                let node = &runtime.require(Language::JavaScript)?.path;
+                let cli = node
+                    .parent()
+                    .and_then(std::path::Path::parent)
+                    .map(|prefix| prefix.join("lib/node_modules/npm/bin/npm-cli.js"))
+                    .filter(|p| p.is_file())
+                    .ok_or_else(|| Error::LanguageUnavailable {
+                        language: Language::JavaScript,
+                        reason: format!("npm is not installed beside {}", node.display()),
+                    })?;
+                [
+                    node.to_string_lossy().as_ref(),
+                    cli.to_string_lossy().as_ref(),
+                    "install",
+                    "--prefix",
+                    "/workspace",
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel",
+                    "warn",
+                    "--",
+                ]
+                .map(str::to_owned)
+                .to_vec()
+            }
+        };
+        argv.extend(req.packages.iter().cloned());
+        let spawn = SpawnRequest {
+            argv,
+            env: self.env.clone(),
+            cwd: "/workspace".into(),
+        };
+        bash::run_shell(
+            &self.jail,
+            spawn,
+            false,
+            req.timeout,
+            ctx,
+            &self.limits,
+            settings.interrupt_grace,
+        )
+        .await
+        .map(|(outcome, _)| outcome)
     }
 
     /// Starts a command line in the background.

@@ -184,7 +184,8 @@ fn create_namespaces(policy: &JailPolicy) -> Result<(), SetupError> {
 
 fn run_init(policy: &JailPolicy, ctrl: OwnedFd) -> ! {
     let mut report = LayerReport::default();
-    match setup(policy, &ctrl, &mut report) {
+    let mut listeners = Vec::new();
+    match setup(policy, &ctrl, &mut report, &mut listeners) {
         Ok(()) => {
             let dirs = match export_dirs(policy) {
                 Ok(d) => d,
@@ -193,7 +194,8 @@ fn run_init(policy: &JailPolicy, ctrl: OwnedFd) -> ! {
                     sys::exit_now(EXIT_SETUP_FAILED);
                 }
             };
-            let fds: Vec<_> = dirs.iter().map(AsFd::as_fd).collect();
+            // The directories, then the listening sockets, in the order the spec names them.
+            let fds: Vec<_> = dirs.iter().chain(&listeners).map(AsFd::as_fd).collect();
             if proto::send(
                 ctrl.as_fd(),
                 &FromInit::Ready(report),
@@ -205,6 +207,7 @@ fn run_init(policy: &JailPolicy, ctrl: OwnedFd) -> ! {
                 sys::exit_now(EXIT_SETUP_FAILED);
             }
             drop(dirs);
+            drop(listeners);
             sys::exit_now(supervisor::serve(ctrl))
         }
         Err(e) => {
@@ -214,7 +217,12 @@ fn run_init(policy: &JailPolicy, ctrl: OwnedFd) -> ! {
     }
 }
 
-fn setup(policy: &JailPolicy, ctrl: &OwnedFd, report: &mut LayerReport) -> Result<(), SetupError> {
+fn setup(
+    policy: &JailPolicy,
+    ctrl: &OwnedFd,
+    report: &mut LayerReport,
+    listeners: &mut Vec<OwnedFd>,
+) -> Result<(), SetupError> {
     // If stage one dies, so do we (and with us the whole PID namespace).
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(SetupError::at("set the parent-death signal"))?;
@@ -238,6 +246,7 @@ fn setup(policy: &JailPolicy, ctrl: &OwnedFd, report: &mut LayerReport) -> Resul
     report.pivot_root = true;
     nix::unistd::sethostname(&policy.spec.hostname).map_err(SetupError::at("set the host name"))?;
     sys::loopback_up().map_err(SetupError::at("bring up loopback"))?;
+    listeners.extend(listen_tcp(policy)?);
     redirect_stdio_to_null()?;
     wait_for_go(ctrl)?;
     unshare(CloneFlags::CLONE_NEWCGROUP).map_err(SetupError::at("unshare the cgroup namespace"))?;
@@ -261,6 +270,23 @@ fn export_dirs(policy: &JailPolicy) -> Result<Vec<OwnedFd>, SetupError> {
                 Mode::empty(),
             )
             .map_err(SetupError::at(format!("open {}", d.display())))
+        })
+        .collect()
+}
+
+/// Listens on the sandbox's `127.0.0.1` at each port of [`JailSpec::listen_tcp`].
+fn listen_tcp(policy: &JailPolicy) -> Result<Vec<OwnedFd>, SetupError> {
+    if policy.spec.export_dirs.len() + policy.spec.listen_tcp.len() > proto::MAX_FDS {
+        return Err(SetupError::new("listen", "too many descriptors to export"));
+    }
+    policy
+        .spec
+        .listen_tcp
+        .iter()
+        .map(|&port| {
+            std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))
+                .map(OwnedFd::from)
+                .map_err(|e| SetupError::new(format!("listen on 127.0.0.1:{port}"), e.to_string()))
         })
         .collect()
 }

@@ -161,7 +161,7 @@ pub(crate) fn shell_argv(bash: &str, text: &str) -> Vec<String> {
 
 /// Starts a shell and follows it to its end: output captured and streamed, the watchdog
 /// armed, and, with `with_state`, a pipe on fd 3 whose contents are returned.
-async fn run_shell(
+pub(crate) async fn run_shell(
     jail: &Jail,
     spawn: SpawnRequest,
     with_state: bool,
