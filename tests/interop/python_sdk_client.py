@@ -35,6 +35,7 @@ async def core_flow(client, mode):
         "run_code", "run_command", "create_sandbox", "list_sandboxes", "get_sandbox_status", "close_sandbox",
         "list_files", "read_file", "write_file",
         "read_process_output", "kill_process", "pause_sandbox", "resume_sandbox", "set_sandbox_timeout",
+        "install_packages",
     }
     check(set(tools) == expected, f"tools {sorted(tools)}")
     for t in tools.values():

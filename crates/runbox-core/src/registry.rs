@@ -27,7 +27,7 @@ use crate::process::{ProcessId, ProcessInfo, ProcessOutput};
 use crate::sandbox::{Network, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};
 
 /// Settings of the registry.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RegistryConfig {
     /// Idle life of a sandbox whose creator gives none.
     pub default_idle_timeout: Duration,
@@ -40,6 +40,23 @@ pub struct RegistryConfig {
     /// Whether a run in a named sandbox reports the files it created or changed under
     /// `/workspace` ([`Ran::changes`]); it costs a snapshot before and after the run.
     pub track_changes: bool,
+    /// Environment every sandbox the registry creates starts with, pooled and one-shot ones
+    /// included (the operator's `--pass-through-env`); a creator's own variables win over
+    /// it. Its values are never printed: `Debug` shows the names only.
+    pub base_env: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for RegistryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryConfig")
+            .field("default_idle_timeout", &self.default_idle_timeout)
+            .field("max_idle_timeout", &self.max_idle_timeout)
+            .field("pool_size", &self.pool_size)
+            .field("reap_interval", &self.reap_interval)
+            .field("track_changes", &self.track_changes)
+            .field("base_env", &self.base_env.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl Default for RegistryConfig {
@@ -50,6 +67,7 @@ impl Default for RegistryConfig {
             pool_size: 0,
             reap_interval: Duration::from_secs(1),
             track_changes: true,
+            base_env: BTreeMap::new(),
         }
     }
 }
@@ -280,10 +298,12 @@ impl Registry {
                 info
             }
             None => {
+                let mut env = self.config.base_env.clone();
+                env.extend(req.env);
                 self.backend
                     .create(SandboxSpec {
                         limits: req.limits,
-                        env: req.env,
+                        env,
                         metadata: req.metadata.clone(),
                         network: req.network,
                     })
@@ -773,7 +793,13 @@ impl Registry {
 
     /// A sandbox with default settings and a warm Python kernel (when Python is available).
     async fn fresh_sandbox(&self) -> Result<SandboxInfo> {
-        let info = self.backend.create(SandboxSpec::default()).await?;
+        let info = self
+            .backend
+            .create(SandboxSpec {
+                env: self.config.base_env.clone(),
+                ..SandboxSpec::default()
+            })
+            .await?;
         if info.languages.contains(&Language::Python) {
             let warm = ExecRequest::new(Language::Python, "None", Duration::from_secs(30));
             if let Err(e) = self
@@ -832,6 +858,8 @@ mod tests {
         workspace: Mutex<Vec<String>>,
         snapshots: AtomicUsize,
         paused: std::sync::atomic::AtomicBool,
+        /// The environment each sandbox was created with, in order.
+        envs: Mutex<Vec<BTreeMap<String, String>>>,
     }
 
     impl Fake {
@@ -845,8 +873,9 @@ mod tests {
         fn name(&self) -> &'static str {
             "fake"
         }
-        async fn create(&self, _spec: SandboxSpec) -> Result<SandboxInfo> {
+        async fn create(&self, spec: SandboxSpec) -> Result<SandboxInfo> {
             self.created.fetch_add(1, Ordering::SeqCst);
+            self.envs.lock().unwrap().push(spec.env);
             let id = SandboxId::random();
             self.live.lock().unwrap().push(id.clone());
             Ok(SandboxInfo {
@@ -1198,6 +1227,48 @@ mod tests {
         assert!(!fake.live.lock().unwrap().contains(&a.id));
         r.shutdown().await;
         assert!(fake.live.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn every_sandbox_starts_with_the_base_environment() {
+        let base: BTreeMap<String, String> = [("TOKEN".into(), "s3cret".into())].into();
+        let (fake, r) = registry(RegistryConfig {
+            base_env: base.clone(),
+            pool_size: 1,
+            ..Default::default()
+        });
+        // Its values never show in the configuration's Debug output.
+        let shown = format!("{:?}", r.config());
+        assert!(
+            shown.contains("TOKEN") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        r.start();
+        for _ in 0..100 {
+            if r.pooled() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(r.pooled(), 1);
+        assert_eq!(fake.envs.lock().unwrap()[0], base, "the pooled sandbox");
+        // A one-shot run takes the pooled sandbox, which has it.
+        r.run("t", None, run("x"), ExecContext::default())
+            .await
+            .unwrap();
+        // A creator's own variables are added, and win over the base.
+        let own = CreateRequest {
+            env: [("TOKEN".into(), "mine".into()), ("X".into(), "1".into())].into(),
+            ..Default::default()
+        };
+        r.create("t", own).await.unwrap();
+        let envs = fake.envs.lock().unwrap().clone();
+        let last = envs.last().unwrap();
+        assert_eq!(last["TOKEN"], "mine");
+        assert_eq!(last["X"], "1");
+        // Every sandbox made, refills of the pool included, had the base variables.
+        assert!(envs.iter().all(|e| e.contains_key("TOKEN")), "{envs:?}");
+        r.shutdown().await;
     }
 
     #[tokio::test]

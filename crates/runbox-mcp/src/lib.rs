@@ -11,6 +11,8 @@
 
 mod files;
 mod lifecycle;
+mod packages;
+mod profiles;
 mod prompts;
 mod render;
 mod resources;
@@ -18,6 +20,7 @@ mod server;
 mod transport;
 pub mod types;
 
+pub use profiles::{Profile, UnknownProfile};
 pub use resources::SANDBOX_FILE_TEMPLATE;
 pub use server::{INSTRUCTIONS, RunboxServer, ServerSettings};
 pub use transport::{

@@ -21,7 +21,8 @@ them. TypeScript and JavaScript share one context.
 notebook; print what else you need. matplotlib figures, pandas DataFrames and objects with \
 _repr_png_/_repr_html_ come back as images and HTML; call display(obj) to show several.
 4. Use run_command for shell tools (ls, pip list, git, python script.py); each call is a fresh \
-shell in /workspace.
+shell in /workspace. For a long job or a server, pass background: true and follow it with \
+read_process_output (wait_seconds waits for new output); stop it with kill_process.
 5. Move files with write_file (utf-8 text, or base64 for binary) and read_file (text comes back \
 as text, images as images, big files in parts with offset and length); list_files shows what \
 is there. Paths are in /workspace (relative paths start there) or /tmp. Files a run creates or \
@@ -29,10 +30,13 @@ changes in /workspace are linked in its answer as sandbox://{sandbox_id}/files/.
 6. A failed run says why: the error's name, message and traceback, or the exit code. Fix the \
 code and run again in the same sandbox; a timeout interrupts the code but keeps the kernel's \
 state.
-7. Sandboxes have no network access and limited memory, processes and disk; the answers of \
-create_sandbox and get_sandbox_status give the limits.
+7. Sandboxes have limited memory, processes and disk; the answers of create_sandbox and \
+get_sandbox_status give the limits. They have no network access, unless created with network \
+\"allowlist\": then they reach the hosts the server allows (package indexes by default) and \
+install_packages installs pip or npm packages, importable at once.
 8. Close a sandbox with close_sandbox when the task is done. Idle sandboxes expire on their \
-own (900 seconds by default).";
+own (900 seconds by default; set_sandbox_timeout changes it); pause_sandbox keeps one, frozen, \
+until resume_sandbox.";
 
 #[prompt_router(router = "prompt_router", vis = "pub(crate)")]
 impl RunboxServer {

@@ -22,12 +22,14 @@ use runbox_core::{
 };
 use tokio::sync::mpsc;
 
+use crate::profiles::{Profile, Sessions};
 use crate::render;
 use crate::resources::{self, DataCatalog, SANDBOX_FILE_TEMPLATE, Target};
 use crate::types::{
     CloseSandboxOutput, CreateSandboxArgs, CreateSandboxOutput, LimitsOut, ListSandboxesOutput,
-    ProcessOut, RunCodeArgs, RunCodeOutput, RunCommandArgs, RunCommandOutput, SandboxArgs,
-    SandboxStatusOutput, SandboxSummary, language_arg, run_code_output, run_command_output,
+    NetworkArg, ProcessOut, RunCodeArgs, RunCodeOutput, RunCommandArgs, RunCommandOutput,
+    SandboxArgs, SandboxStatusOutput, SandboxSummary, language_arg, run_code_output,
+    run_command_output,
 };
 
 /// What the server needs beyond the registry.
@@ -42,6 +44,12 @@ pub struct ServerSettings {
     /// The operator's data files, listed as `data://` resources (the backend mounts the same
     /// directory at /data in every sandbox).
     pub data_dir: Option<PathBuf>,
+    /// The tools offered: runbox's own, or a compatibility profile's.
+    pub profile: Profile,
+    /// Whether sandboxes that compatibility profiles create for packages to be installed in
+    /// (novita-tutorial's and mcp-code-sandbox's, as their seeds' sandboxes had a network) get
+    /// network "allowlist": the operator's egress hosts. False when there are none.
+    pub package_network: bool,
 }
 
 impl Default for ServerSettings {
@@ -51,6 +59,8 @@ impl Default for ServerSettings {
             max_run_timeout: Duration::from_secs(600),
             tenant: "local".into(),
             data_dir: None,
+            profile: Profile::Default,
+            package_network: false,
         }
     }
 }
@@ -61,13 +71,18 @@ sandbox_id for one-off snippets. For related steps, call create_sandbox once and
 sandbox_id to run_code and run_command: variables, imports, functions and files in /workspace \
 persist there. Python and JavaScript return the value of the last expression, like a notebook \
 cell; charts come back as images. Move files with write_file, read_file and list_files. \
-Sandboxes have no network access. Close sandboxes with close_sandbox when done; idle ones \
-expire on their own. The prompt sandbox_instructions explains more.";
+Sandboxes have no network access unless created with network \"allowlist\", which lets them \
+reach the server's allowed hosts (package indexes) and use install_packages. run_command with \
+background: true starts a long job; read_process_output follows it. Close sandboxes with \
+close_sandbox when done, or pause_sandbox to keep one for later; idle ones expire on their \
+own. The prompt sandbox_instructions explains more.";
 
 struct State {
     registry: Arc<Registry>,
     settings: ServerSettings,
     data: Option<DataCatalog>,
+    /// Sandboxes named by callers (the mcp-code-sandbox profile's sessions).
+    sessions: Sessions,
 }
 
 /// runbox's MCP server. Cheap to clone: every session shares one registry.
@@ -193,20 +208,41 @@ impl RunboxServer {
     /// A server over `registry`.
     pub fn new(registry: Arc<Registry>, settings: ServerSettings) -> Self {
         let data = settings.data_dir.clone().map(DataCatalog::new);
+        let profile = settings.profile;
         Self {
             state: Arc::new(State {
                 registry,
                 settings,
                 data,
+                sessions: Sessions::default(),
             }),
-            tool_router: Self::tool_router() + Self::file_tools() + Self::lifecycle_tools(),
-            prompt_router: Self::prompt_router(),
+            tool_router: match profile {
+                Profile::Default => {
+                    Self::tool_router()
+                        + Self::file_tools()
+                        + Self::lifecycle_tools()
+                        + Self::package_tools()
+                }
+                profile => Self::profile_tools(profile),
+            },
+            prompt_router: match profile {
+                Profile::Default => Self::prompt_router(),
+                profile => Self::profile_prompts(profile),
+            },
         }
     }
 
     /// The registry behind the server.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.state.registry
+    }
+
+    pub(crate) fn settings(&self) -> &ServerSettings {
+        &self.state.settings
+    }
+
+    pub(crate) fn sessions(&self) -> &Sessions {
+        &self.state.sessions
     }
 
     pub(crate) fn tenant(&self) -> &str {
@@ -219,7 +255,7 @@ impl RunboxServer {
 
     /// Runs `work` through the registry, with live output as progress notifications when the
     /// client asked for them and the request's cancellation wired to the run.
-    async fn run(
+    pub(crate) async fn run(
         &self,
         sandbox_id: Option<String>,
         work: Work,
@@ -278,7 +314,7 @@ impl RunboxServer {
         }
     }
 
-    fn run_timeout(&self, asked: Option<f64>) -> Result<Duration, Error> {
+    pub(crate) fn run_timeout(&self, asked: Option<f64>) -> Result<Duration, Error> {
         let s = &self.state.settings;
         match asked {
             None => Ok(s.default_run_timeout),
@@ -370,12 +406,21 @@ impl RunboxServer {
             Ok(t) => t,
             Err(e) => return render::error(&e),
         };
+        let network = match args.network {
+            NetworkArg::None if !args.allow_hosts.is_empty() => {
+                return render::error(&Error::InvalidRequest(
+                    "allow_hosts needs network: \"allowlist\"".into(),
+                ));
+            }
+            NetworkArg::None => Network::None,
+            NetworkArg::Allowlist => Network::Allowlist(args.allow_hosts),
+        };
         let req = CreateRequest {
             idle_timeout,
             env: args.env,
             metadata: args.metadata,
             limits: None,
-            network: Network::None,
+            network,
         };
         match self.state.registry.create(self.tenant(), req).await {
             Ok((view, info)) => {
@@ -386,14 +431,28 @@ impl RunboxServer {
                     timeout_seconds: view.idle_timeout.as_secs_f64(),
                     limits: LimitsOut::from(&info.limits),
                     languages: info.languages.iter().map(|l| language_arg(*l)).collect(),
-                    network: "none".into(),
+                    network: if info.allowed_hosts.is_empty() {
+                        "none"
+                    } else {
+                        "allowlist"
+                    }
+                    .into(),
+                    allowed_hosts: info.allowed_hosts,
                     metadata: view.metadata,
                 };
-                let text = format!(
+                let mut text = format!(
                     "Created sandbox {} (idle timeout {} s, expires {} if unused). Pass this sandbox_id \
                      to run_code and run_command.",
                     out.sandbox_id, out.timeout_seconds, out.expires_at
                 );
+                if !out.allowed_hosts.is_empty() {
+                    let _ = write!(
+                        text,
+                        " It may reach {} over HTTP(S) through a proxy (already set in its \
+                         environment); install_packages installs pip and npm packages.",
+                        out.allowed_hosts.join(", ")
+                    );
+                }
                 render::ok(text, &out)
             }
             Err(e) => render::error(&e),
@@ -610,7 +669,7 @@ impl ServerHandler for RunboxServer {
             .build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("runbox", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(self.state.settings.profile.instructions())
     }
 
     async fn list_resources(

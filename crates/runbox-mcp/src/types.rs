@@ -99,6 +99,25 @@ pub struct CreateSandboxArgs {
     /// Free-form labels, returned by list_sandboxes.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+    /// none (default): no network at all. allowlist: HTTP and HTTPS through the server's
+    /// egress proxy, to the hosts the server allows (package indexes by default), so
+    /// install_packages, pip and npm work.
+    #[serde(default)]
+    pub network: NetworkArg,
+    /// With network allowlist: only these of the server's hosts (default: all of them).
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+}
+
+/// Network access of a new sandbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkArg {
+    /// No network.
+    #[default]
+    None,
+    /// Allowlisted hosts through the egress proxy.
+    Allowlist,
 }
 
 /// Arguments naming one sandbox.
@@ -254,8 +273,10 @@ pub struct CreateSandboxOutput {
     pub limits: LimitsOut,
     /// Languages it can run.
     pub languages: Vec<LanguageArg>,
-    /// Network access: "none".
+    /// Network access: none, or allowlist.
     pub network: String,
+    /// The hosts it may reach (with network allowlist).
+    pub allowed_hosts: Vec<String>,
     /// Labels given at creation.
     pub metadata: BTreeMap<String, String>,
 }
@@ -662,4 +683,54 @@ pub(crate) fn run_command_output(ran: Ran) -> RunCommandOutput {
         files,
         notes,
     }
+}
+
+/// Arguments of `install_packages`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InstallPackagesArgs {
+    /// The sandbox, created with network "allowlist".
+    pub sandbox_id: String,
+    /// Package names, optionally with versions or extras (numpy, requests==2.32,
+    /// lodash@4); each is one argument of the package manager.
+    pub packages: Vec<String>,
+    /// pip (default; Python packages for run_code and python3) or npm (Node packages,
+    /// installed in /workspace/node_modules).
+    #[serde(default)]
+    pub manager: ManagerArg,
+    /// Seconds the install may take (default 300, at most the server's run maximum).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+}
+
+/// A package manager.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ManagerArg {
+    /// Python packages.
+    #[default]
+    Pip,
+    /// Node packages.
+    Npm,
+}
+
+/// Result of `install_packages`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct InstallPackagesOutput {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// pip or npm.
+    pub manager: ManagerArg,
+    /// The packages asked for.
+    pub packages: Vec<String>,
+    /// The package manager's exit status: 0 when everything was installed.
+    pub exit_code: i64,
+    /// Its standard output (head and tail kept when over the cap).
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+    /// Wall-clock time in milliseconds.
+    pub duration_ms: i64,
+    /// Whether the timeout stopped it.
+    pub timed_out: bool,
 }

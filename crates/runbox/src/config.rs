@@ -1,6 +1,7 @@
 //! `runbox serve` configuration: flags (each with a `RUNBOX_*` variable) over an optional
 //! TOML file over defaults, validated into one [`ServeConfig`] before anything starts.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Args;
 use runbox_core::Limits;
+use runbox_mcp::Profile;
 use serde::Deserialize;
 
 use crate::cli::EngineArgs;
@@ -99,6 +101,43 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RUNBOX_DATA_DIR", value_name = "DIR")]
     pub(crate) data_dir: Option<PathBuf>,
 
+    /// A host sandboxes created with network "allowlist" may reach through the egress proxy
+    /// (`name`, `*.suffix`, optional `:port`; repeatable). Without it: the package indexes
+    /// this machine's pip and npm use. `none`: no host, so no sandbox gets a network.
+    #[arg(
+        long = "allow-host",
+        env = "RUNBOX_ALLOW_HOST",
+        value_name = "HOST",
+        value_delimiter = ','
+    )]
+    pub(crate) egress_hosts: Vec<String>,
+
+    /// An address range the egress proxy may connect to although it is private (a package
+    /// mirror on the local network, say); loopback and link-local stay refused unless named.
+    #[arg(
+        long = "allow-address",
+        env = "RUNBOX_ALLOW_ADDRESS",
+        value_name = "CIDR",
+        value_delimiter = ','
+    )]
+    pub(crate) egress_addresses: Vec<String>,
+
+    /// Serve a compatibility profile's tools instead of runbox's own: novita-tutorial,
+    /// code-sandbox-mcp or mcp-code-sandbox.
+    #[arg(long, env = "RUNBOX_PROFILE", value_name = "NAME")]
+    pub(crate) profile: Option<String>,
+
+    /// Host environment variables copied into every sandbox (names, comma-separated or
+    /// repeated); each must be set when the server starts. Nothing else of the host's
+    /// environment ever enters a sandbox.
+    #[arg(
+        long = "pass-through-env",
+        env = "RUNBOX_PASS_THROUGH_ENV",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub(crate) pass_through_env: Vec<String>,
+
     #[command(flatten)]
     pub(crate) engine: EngineArgs,
 }
@@ -120,6 +159,10 @@ struct FileConfig {
     max_run_timeout: Option<f64>,
     limits: Option<Limits>,
     data_dir: Option<PathBuf>,
+    allow_hosts: Option<Vec<String>>,
+    allow_addresses: Option<Vec<String>>,
+    profile: Option<String>,
+    pass_through_env: Option<Vec<String>>,
     python: Option<PathBuf>,
     node: Option<PathBuf>,
     bash: Option<PathBuf>,
@@ -149,7 +192,62 @@ pub(crate) struct ServeConfig {
     pub(crate) limits: Limits,
     /// The operator's data directory, absolute.
     pub(crate) data_dir: Option<PathBuf>,
+    /// Hosts the egress proxy lets through; `None`: those of the host's pip and npm.
+    pub(crate) egress_hosts: Option<runbox_egress::Allowlist>,
+    /// Private address ranges the egress proxy may connect to.
+    pub(crate) egress_addresses: Vec<runbox_egress::IpNet>,
+    /// The tools served: runbox's own or a compatibility profile's.
+    pub(crate) profile: Profile,
+    /// Host variables every sandbox gets (`--pass-through-env`).
+    pub(crate) pass_through_env: PassThroughEnv,
     pub(crate) engine: EngineArgs,
+}
+
+/// Host environment variables given to every sandbox, read once at start. `Debug` shows
+/// their names, never their values (they are often credentials).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct PassThroughEnv(pub(crate) BTreeMap<String, String>);
+
+impl std::fmt::Debug for PassThroughEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+/// Reads the variables `names` from the server's environment (through `get`). A name that is
+/// not a valid variable name, or a variable that is not set or not UTF-8, stops the server
+/// from starting: a sandbox silently missing a credential fails later in confusing ways.
+fn pass_through_env(
+    names: &[String],
+    get: impl Fn(&str) -> Result<String, std::env::VarError>,
+) -> anyhow::Result<PassThroughEnv> {
+    let mut env = BTreeMap::new();
+    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            bail!(
+                "pass_through_env: {name:?} is not an environment variable name (letters, digits \
+                 and _, not starting with a digit)"
+            );
+        }
+        match get(name) {
+            Ok(value) => {
+                env.insert(name.to_owned(), value);
+            }
+            Err(std::env::VarError::NotPresent) => bail!(
+                "pass_through_env names {name}, which is not set in the server's environment; set \
+                 it for the server, or leave it out of --pass-through-env"
+            ),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                bail!("pass_through_env: the value of {name} is not UTF-8")
+            }
+        }
+    }
+    Ok(PassThroughEnv(env))
 }
 
 /// Longest timeout of any kind: one day.
@@ -272,6 +370,29 @@ impl ServeConfig {
             None => None,
         };
 
+        let mut hosts = file.allow_hosts.unwrap_or_default();
+        hosts.extend(args.egress_hosts);
+        let egress_hosts = match hosts.as_slice() {
+            [] => None,
+            [only] if only == "none" => Some(runbox_egress::Allowlist::default()),
+            _ => Some(runbox_egress::Allowlist::parse(&hosts).context("allow-host")?),
+        };
+        let mut addresses = file.allow_addresses.unwrap_or_default();
+        addresses.extend(args.egress_addresses);
+        let egress_addresses = addresses
+            .iter()
+            .map(|a| runbox_egress::parse_address_range(a))
+            .collect::<Result<Vec<_>, _>>()
+            .context("allow-address")?;
+
+        let profile = match args.profile.or(file.profile) {
+            Some(name) => name.parse::<Profile>()?,
+            None => Profile::Default,
+        };
+        let mut names = file.pass_through_env.unwrap_or_default();
+        names.extend(args.pass_through_env);
+        let pass_through_env = pass_through_env(&names, |n| std::env::var(n))?;
+
         let mut engine = args.engine;
         engine.python = engine.python.or(file.python);
         engine.node = engine.node.or(file.node);
@@ -291,6 +412,10 @@ impl ServeConfig {
             max_run_timeout,
             limits,
             data_dir,
+            egress_hosts,
+            egress_addresses,
+            profile,
+            pass_through_env,
             engine,
         })
     }
@@ -380,6 +505,109 @@ mod tests {
         std::fs::write(&path, "memroy_mb = 5\n").unwrap();
         let e = format!("{:#}", resolve(&["--config", p, "--stdio"]).unwrap_err());
         assert!(e.contains("memroy_mb"), "{e}");
+    }
+
+    #[test]
+    fn egress_hosts_are_checked_and_none_means_no_host() {
+        let c = resolve(&["--stdio", "--allow-host", "example.org,*.example.net:8443"]).unwrap();
+        assert_eq!(
+            c.egress_hosts.unwrap().to_string(),
+            "example.org, *.example.net:8443"
+        );
+        assert!(resolve(&["--stdio"]).unwrap().egress_hosts.is_none());
+        let c = resolve(&["--stdio", "--allow-host", "none"]).unwrap();
+        assert!(c.egress_hosts.unwrap().is_empty());
+        let e = resolve(&["--stdio", "--allow-host", "http://x/"]).unwrap_err();
+        assert!(format!("{e:#}").contains("allow-host"), "{e:#}");
+        let e = resolve(&["--stdio", "--allow-address", "10.0.0.0/33"]).unwrap_err();
+        assert!(format!("{e:#}").contains("allow-address"), "{e:#}");
+        let c = resolve(&["--stdio", "--allow-address", "10.1.0.0/16"]).unwrap();
+        assert_eq!(c.egress_addresses.len(), 1);
+    }
+
+    #[test]
+    fn profiles_are_named_and_checked() {
+        assert_eq!(resolve(&["--stdio"]).unwrap().profile, Profile::Default);
+        for (name, profile) in [
+            ("novita-tutorial", Profile::NovitaTutorial),
+            ("code-sandbox-mcp", Profile::CodeSandboxMcp),
+            ("mcp-code-sandbox", Profile::McpCodeSandbox),
+        ] {
+            let c = resolve(&["--stdio", "--profile", name]).unwrap();
+            assert_eq!(c.profile, profile);
+        }
+        let e = resolve(&["--stdio", "--profile", "e2b"])
+            .unwrap_err()
+            .to_string();
+        for needle in [
+            "\"e2b\"",
+            "novita-tutorial",
+            "code-sandbox-mcp",
+            "mcp-code-sandbox",
+        ] {
+            assert!(e.contains(needle), "{e}");
+        }
+        // From the file, and a flag wins over it.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(&path, "stdio = true\nprofile = \"code-sandbox-mcp\"\n").unwrap();
+        let p = path.to_str().unwrap();
+        assert_eq!(
+            resolve(&["--config", p]).unwrap().profile,
+            Profile::CodeSandboxMcp
+        );
+        let c = resolve(&["--config", p, "--profile", "novita-tutorial"]).unwrap();
+        assert_eq!(c.profile, Profile::NovitaTutorial);
+    }
+
+    #[test]
+    fn pass_through_variables_are_read_once_and_must_be_set() {
+        let host = |name: &str| match name {
+            "API_KEY" => Ok("s3cret".to_owned()),
+            "REGION" => Ok("eu".to_owned()),
+            _ => Err(std::env::VarError::NotPresent),
+        };
+        let names = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let env = pass_through_env(&names(&["API_KEY", " REGION", ""]), host).unwrap();
+        assert_eq!(
+            env.0,
+            BTreeMap::from([
+                ("API_KEY".to_owned(), "s3cret".to_owned()),
+                ("REGION".to_owned(), "eu".to_owned()),
+            ])
+        );
+        assert_eq!(
+            format!("{env:?}"),
+            "[\"API_KEY\", \"REGION\"]",
+            "values stay hidden"
+        );
+        let e = pass_through_env(&names(&["API_KEY", "MISSING"]), host)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MISSING") && e.contains("not set"), "{e}");
+        let e = pass_through_env(&names(&["A=B"]), host)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"A=B\""), "{e}");
+        assert!(pass_through_env(&names(&["1X"]), host).is_err());
+        // Through the flag (comma-separated or repeated), the variable and the file; PATH is
+        // set wherever tests run, the other surely not.
+        let c = resolve(&["--stdio", "--pass-through-env", "PATH"]).unwrap();
+        assert_eq!(c.pass_through_env.0.keys().collect::<Vec<_>>(), ["PATH"]);
+        let e = resolve(&[
+            "--stdio",
+            "--pass-through-env",
+            "PATH,RUNBOX_TEST_SURELY_UNSET_VARIABLE",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("RUNBOX_TEST_SURELY_UNSET_VARIABLE"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(&path, "stdio = true\npass_through_env = [\"PATH\"]\n").unwrap();
+        let c = resolve(&["--config", path.to_str().unwrap()]).unwrap();
+        assert!(c.pass_through_env.0.contains_key("PATH"));
+        assert!(resolve(&["--stdio"]).unwrap().pass_through_env.0.is_empty());
     }
 
     #[test]

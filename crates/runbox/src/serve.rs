@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use runbox_core::{Backend, Registry, RegistryConfig};
-use runbox_local::LocalBackend;
+use runbox_local::{EgressConfig, LocalBackend};
 use runbox_mcp::{HttpOptions, RunboxServer, ServerSettings};
 use tokio_util::sync::CancellationToken;
 
@@ -35,11 +35,99 @@ pub(crate) async fn main(args: ServeArgs) -> u8 {
     }
 }
 
+/// The egress proxy's policy: the operator's hosts, or those of this machine's pip and npm,
+/// with the package-index settings sandboxes need to use them.
+async fn egress_config(config: &ServeConfig) -> EgressConfig {
+    let commands = runbox_egress::IndexCommands {
+        python: config
+            .engine
+            .python
+            .clone()
+            .unwrap_or_else(|| "python3".into()),
+        npm: "npm".into(),
+        ..Default::default()
+    };
+    let found = runbox_egress::discover_index_hosts(&commands).await;
+    let allowlist = match &config.egress_hosts {
+        Some(list) => list.clone(),
+        None => runbox_egress::Allowlist::parse(found.all()).unwrap_or_default(),
+    };
+    let mut allow_addresses = config.egress_addresses.clone();
+    allow_addresses.extend(index_addresses(&found, &allowlist).await);
+    if allowlist.is_empty() {
+        tracing::info!("no egress hosts: sandboxes cannot have network access");
+    } else {
+        tracing::info!(hosts = %allowlist, "sandboxes created with network \"allowlist\" may reach these hosts");
+    }
+    EgressConfig {
+        policy: runbox_egress::Policy::new(allowlist).with_allow_addresses(allow_addresses),
+        index_env: found.env,
+        events: None,
+    }
+}
+
+/// The addresses of this machine's own package indexes (those allowed) that the proxy would
+/// otherwise refuse as not public: a mirror on the local network, or a lab network that maps
+/// the registries to a reserved range. The host's pip and npm already trust them, so the
+/// proxy may connect there, but never to loopback, link-local, multicast or unspecified
+/// addresses. Resolved once, at start-up: a later answer cannot add one.
+async fn index_addresses(
+    found: &runbox_egress::IndexHosts,
+    allowlist: &runbox_egress::Allowlist,
+) -> Vec<runbox_egress::IpNet> {
+    use runbox_egress::{AddressClass, Host, IpNet, classify};
+    let mut nets = Vec::new();
+    for entry in found.all() {
+        let Ok(pattern) = runbox_egress::HostPattern::parse(&entry) else {
+            continue;
+        };
+        let name = entry.rsplit_once(':').map_or(entry.as_str(), |(h, _)| h);
+        let Ok(host) = Host::parse(name) else {
+            continue;
+        };
+        let port = pattern.port().unwrap_or(443);
+        if !allowlist.permits(&host, port) {
+            continue;
+        }
+        let Ok(addrs) = tokio::net::lookup_host((name, port)).await else {
+            continue;
+        };
+        for addr in addrs {
+            let ip = addr.ip();
+            match classify(ip) {
+                None
+                | Some(
+                    AddressClass::Loopback
+                    | AddressClass::LinkLocal
+                    | AddressClass::Unspecified
+                    | AddressClass::Multicast
+                    | AddressClass::Broadcast,
+                ) => {}
+                Some(class) => {
+                    tracing::info!(
+                        host = name,
+                        address = %ip,
+                        "the package index resolves to a {class} address; the egress proxy may connect to it"
+                    );
+                    nets.push(IpNet::from(ip));
+                }
+            }
+        }
+    }
+    nets.dedup();
+    nets
+}
+
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let mut local = config.engine.local_config(config.limits.clone());
     // The pool's sandboxes must not take the room of callers' sandboxes.
     local.max_sandboxes = config.max_sandboxes + config.pool;
     local.data_dir = config.data_dir.clone();
+    local.egress = Some(egress_config(&config).await);
+    let package_network = local
+        .egress
+        .as_ref()
+        .is_some_and(|e| !e.policy.allowlist.is_empty());
     let backend: Arc<dyn Backend> = Arc::new(
         LocalBackend::new(local)
             .await
@@ -51,6 +139,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             default_idle_timeout: config.sandbox_timeout,
             max_idle_timeout: config.max_sandbox_timeout,
             pool_size: config.pool,
+            base_env: config.pass_through_env.0.clone(),
             ..Default::default()
         },
     );
@@ -61,6 +150,8 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             default_run_timeout: config.run_timeout,
             max_run_timeout: config.max_run_timeout,
             data_dir: config.data_dir.clone(),
+            profile: config.profile,
+            package_network,
             ..Default::default()
         },
     );

@@ -124,6 +124,19 @@ pub fn host_processes_with(needle: &str) -> Vec<i32> {
         .collect()
 }
 
+/// [`host_processes_with`], once at least `n` exist or 10 s have passed: a process started
+/// in the background by a run that has returned may not have exec'd yet.
+pub fn host_processes_at_least(needle: &str, n: usize) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let found = host_processes_with(needle);
+        if found.len() >= n || std::time::Instant::now() >= deadline {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A token unlikely to appear anywhere by chance.
 pub fn canary(tag: &str) -> String {
     let mut b = [0u8; 8];

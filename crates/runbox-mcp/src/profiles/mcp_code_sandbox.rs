@@ -1,0 +1,760 @@
+//! `mcp-code-sandbox`: the E2B-backed MCP Code Sandbox server (seed
+//! `002_f3a2251ae7be6053.txt`), whose sandboxes are named by the caller (`session_id`) and
+//! which runs Python, installs packages and moves files. Usually served over stdio.
+//!
+//! Sessions map to runbox sandboxes per tenant in the server's shared state. Paths are
+//! inside the sandbox: `/` is its home, `/workspace`; `/workspace/...`, `/tmp/...` and the
+//! operator's read-only `/data/...` are taken as they are, any other absolute path is under
+//! `/workspace`, and relative paths start there. Nothing ever names a host path.
+
+use std::collections::HashSet;
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::CallToolResult;
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, tool, tool_router};
+use runbox_core::{
+    Error, ExecContext, ExecOutcome, ExecRequest, FileKind, InstallRequest, Language,
+    PackageManager, SandboxId, Work,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{ErrorBody, Logs, failure_summary, message, object_result, text_result};
+use crate::render;
+use crate::server::RunboxServer;
+
+/// Instructions sent to clients at initialisation.
+pub(super) const INSTRUCTIONS: &str = "This server runs Python code in isolated sandboxes that \
+you name. Call create_sandbox with a session_id of your choice, then pass the same session_id \
+to execute_code, install_package and the file tools (list_files, read_file, write_file, \
+upload_file); variables, imports and files persist in that sandbox. Call close_sandbox when \
+done. create_run_close runs one snippet in a sandbox made for it and closed after. Paths are \
+inside the sandbox: / is its working directory (/workspace).";
+
+/// The most bytes `read_file` returns: the whole file comes back as one string.
+const MAX_READ: u64 = crate::files::MAX_READ;
+
+/// The sandbox's home, which `/` means in this profile.
+const HOME: &str = "/workspace";
+
+fn root() -> String {
+    "/".to_owned()
+}
+
+/// Arguments naming a session.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub(crate) struct SessionArgs {
+    /// The unique identifier for the sandbox session, chosen by you at create_sandbox.
+    pub session_id: String,
+}
+
+/// Arguments of `get_sandbox_status`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub(crate) struct StatusArgs {
+    /// A session to get the status of; without it, every active session is listed.
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+/// Arguments of `execute_code`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub(crate) struct ExecuteCodeArgs {
+    /// The unique identifier for the sandbox session.
+    pub session_id: String,
+    /// The Python code to execute.
+    pub code: String,
+}
+
+/// Arguments of `install_package`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub(crate) struct InstallPackageArgs {
+    /// The unique identifier for the sandbox session.
+    pub session_id: String,
+    /// The name of the Python package to install (a pip requirement such as `requests` or
+    /// `requests==2.32.3`).
+    pub package_name: String,
+}
+
+/// Arguments of `create_run_close`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub(crate) struct CreateRunCloseArgs {
+    /// The Python code to execute.
+    pub code: String,
+}
+
+/// Arguments of `list_files`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+pub(crate) struct ListFilesArgs {
+    /// The unique identifier for the sandbox session.
+    pub session_id: String,
+    /// The directory path to list files from (default: the root directory, /workspace).
+    #[serde(default = "root")]
+    pub path: String,
+}
+
+/// Arguments of `read_file`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub(crate) struct ReadFileArgs {
+    /// The unique identifier for the sandbox session.
+    pub session_id: String,
+    /// The path to the file to read.
+    pub file_path: String,
+}
+
+/// Arguments of `write_file`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub(crate) struct WriteFileArgs {
+    /// The unique identifier for the sandbox session.
+    pub session_id: String,
+    /// The path to the file to write; missing parent directories are created.
+    pub file_path: String,
+    /// The content to write to the file.
+    pub content: String,
+}
+
+/// Arguments of `upload_file`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+pub(crate) struct UploadFileArgs {
+    /// The unique identifier for the sandbox session.
+    pub session_id: String,
+    /// The name of the file to create.
+    pub file_name: String,
+    /// The content of the file.
+    pub file_content: String,
+    /// The directory where the file should be created (default: the root directory,
+    /// /workspace).
+    #[serde(default = "root")]
+    pub destination_path: String,
+}
+
+/// An answer that is only an error, as the seed's tools answer when they cannot do their job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct ErrorAnswer {
+    error: String,
+}
+
+fn error_answer(message: impl Into<String>) -> CallToolResult {
+    object_result(
+        &ErrorAnswer {
+            error: message.into(),
+        },
+        true,
+        true,
+    )
+}
+
+/// A JSON object answer; `structuredContent` carries it too, as the seed's dictionaries do.
+fn object<T: Serialize>(body: &T, failed: bool) -> CallToolResult {
+    object_result(body, failed, true)
+}
+
+fn no_session(session: &str) -> String {
+    format!("No sandbox found with session ID: {session}. Create a sandbox first.")
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct SessionStatus {
+    status: String,
+    session_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct AllStatus {
+    active_sandbox_count: usize,
+    active_sessions: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct ExecuteAnswer {
+    logs: Logs,
+    error: Option<ErrorBody>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct InstallAnswer {
+    package: String,
+    output: Logs,
+    /// Why the install failed, or null.
+    error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct CreateRunCloseAnswer {
+    logs: Logs,
+    error: Option<ErrorBody>,
+    sandbox_status: String,
+    sandbox_closed: bool,
+}
+
+/// A directory entry, as the E2B SDK's `EntryInfo` names its fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct EntryOut {
+    name: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    #[serde(rename = "type")]
+    kind: &'static str,
+    path: String,
+    size: u64,
+    modified_time: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct ListAnswer {
+    path: String,
+    files: Vec<EntryOut>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct ReadAnswer {
+    path: String,
+    content: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct WriteAnswer {
+    path: String,
+    message: String,
+}
+
+/// A path of this profile as the sandbox names it: `/` is `/workspace`.
+fn sandbox_path(path: &str) -> String {
+    let path = path.trim();
+    if path.is_empty() || path.chars().all(|c| c == '/') {
+        return HOME.to_owned();
+    }
+    let Some(rest) = path.strip_prefix('/') else {
+        return format!("{HOME}/{path}");
+    };
+    for area in [HOME, "/tmp", "/data"] {
+        if path == area || path.strip_prefix(area).is_some_and(|r| r.starts_with('/')) {
+            return path.to_owned();
+        }
+    }
+    format!("{HOME}/{rest}")
+}
+
+/// `destination_path` joined with `file_name`, absolute, as the seed joins them.
+fn upload_path(destination: &str, file_name: &str) -> String {
+    let joined = if file_name.starts_with('/') || destination.is_empty() {
+        file_name.to_owned()
+    } else {
+        format!("{}/{file_name}", destination.trim_end_matches('/'))
+    };
+    if joined.starts_with('/') {
+        joined
+    } else {
+        format!("/{joined}")
+    }
+}
+
+fn kind_name(k: FileKind) -> &'static str {
+    match k {
+        FileKind::File => "file",
+        FileKind::Directory => "dir",
+        FileKind::Symlink => "symlink",
+        FileKind::Other => "other",
+    }
+}
+
+/// A package name pip takes as one requirement, never as an option.
+fn check_package(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("package_name is empty; give the name of a Python package".into());
+    }
+    if name.starts_with('-') {
+        return Err(format!(
+            "package_name {name:?} looks like an option; give the name of a Python package"
+        ));
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "package_name {name:?} contains spaces or control characters; install one package per call"
+        ));
+    }
+    Ok(())
+}
+
+impl RunboxServer {
+    /// The sandbox of one of the caller's sessions.
+    fn session_sandbox(&self, session: &str) -> Result<SandboxId, String> {
+        self.sessions()
+            .get(self.tenant(), session)
+            .ok_or_else(|| no_session(session))
+    }
+
+    /// Forgets the session when `e` says its sandbox is gone, and words the error.
+    fn session_error(&self, session: &str, e: &Error) -> String {
+        if matches!(e, Error::SandboxNotFound { .. }) {
+            self.sessions().forget(self.tenant(), session);
+            return no_session(session);
+        }
+        message(e, "")
+    }
+
+    /// Forgets sessions whose sandbox expired or was closed.
+    fn prune_sessions(&self) {
+        let live: HashSet<SandboxId> = self
+            .registry()
+            .list(self.tenant())
+            .into_iter()
+            .map(|v| v.id)
+            .collect();
+        self.sessions().prune(self.tenant(), &live);
+    }
+}
+
+#[tool_router(router = mcp_code_sandbox_tools, vis = "pub(crate)")]
+impl RunboxServer {
+    #[tool(
+        name = "create_sandbox",
+        description = "Create a new sandbox environment for code execution, named by session_id \
+                       (a unique identifier you choose and pass to the other tools). Fails if \
+                       that session exists."
+    )]
+    async fn mcs_create_sandbox(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+    ) -> CallToolResult {
+        let session = args.session_id;
+        if session.is_empty() {
+            return text_result(
+                "Failed to create sandbox: session_id is empty; choose a name for the session",
+                true,
+            );
+        }
+        self.prune_sessions();
+        let Some(reservation) = self.sessions().reserve(self.tenant(), &session) else {
+            return text_result(
+                format!(
+                    "Sandbox with session ID {session} already exists. Use it, close it with \
+                     close_sandbox, or choose another session_id."
+                ),
+                true,
+            );
+        };
+        match self
+            .registry()
+            .create(self.tenant(), self.package_sandbox_request())
+            .await
+        {
+            Ok((view, _)) => {
+                reservation.fill(view.id);
+                text_result(
+                    format!("Sandbox created successfully with session ID: {session}"),
+                    false,
+                )
+            }
+            Err(e) => {
+                drop(reservation);
+                let hint = match &e {
+                    Error::LimitReached(_) => {
+                        " Close sandboxes you no longer need with close_sandbox."
+                    }
+                    _ => "",
+                };
+                text_result(
+                    format!("Failed to create sandbox: {}{hint}", message(&e, "")),
+                    true,
+                )
+            }
+        }
+    }
+
+    #[tool(
+        name = "close_sandbox",
+        description = "Close and clean up a sandbox environment: every process in it is stopped \
+                       and its files are deleted."
+    )]
+    async fn mcs_close_sandbox(&self, Parameters(args): Parameters<SessionArgs>) -> CallToolResult {
+        let session = args.session_id;
+        let Some(id) = self.sessions().take(self.tenant(), &session) else {
+            // As the seed answers: not an error, so a client does not retry.
+            return text_result(
+                format!(
+                    "Sandbox with session ID {session} is not active or has already been closed."
+                ),
+                false,
+            );
+        };
+        match self.registry().close(self.tenant(), &id).await {
+            Ok(()) | Err(Error::SandboxNotFound { .. }) => text_result(
+                format!(
+                    "Sandbox with session ID {session} has been successfully closed and all \
+                     resources freed."
+                ),
+                false,
+            ),
+            Err(e) => text_result(
+                format!(
+                    "Sandbox with session ID {session} has been removed from active sessions, but \
+                     closing it failed: {}",
+                    message(&e, "")
+                ),
+                true,
+            ),
+        }
+    }
+
+    #[tool(
+        name = "get_sandbox_status",
+        description = "Get status information about sandboxes: one session's status with \
+                       session_id, or the number and names of the active sessions without it."
+    )]
+    async fn mcs_get_sandbox_status(
+        &self,
+        Parameters(args): Parameters<StatusArgs>,
+    ) -> CallToolResult {
+        self.prune_sessions();
+        match args.session_id {
+            Some(session) => {
+                let id = match self.session_sandbox(&session) {
+                    Ok(id) => id,
+                    Err(_) => {
+                        return error_answer(format!(
+                            "No sandbox found with session ID: {session}"
+                        ));
+                    }
+                };
+                match self.registry().status(self.tenant(), &id).await {
+                    Ok((view, _)) => object(
+                        &SessionStatus {
+                            status: match view.state {
+                                runbox_core::SandboxState::Running => "active".into(),
+                                s => render::state_name(s).into(),
+                            },
+                            session_id: session,
+                        },
+                        false,
+                    ),
+                    Err(e) => error_answer(self.session_error(&session, &e)),
+                }
+            }
+            None => {
+                let active_sessions = self.sessions().names(self.tenant());
+                object(
+                    &AllStatus {
+                        active_sandbox_count: active_sessions.len(),
+                        active_sessions,
+                    },
+                    false,
+                )
+            }
+        }
+    }
+
+    #[tool(
+        name = "execute_code",
+        description = "Execute Python code in the sandbox environment. Variables and imports \
+                       persist between calls in the same session. Returns logs (stdout and \
+                       stderr as lists of lines) and error (name, value and traceback of an \
+                       uncaught exception, or null)."
+    )]
+    async fn mcs_execute_code(
+        &self,
+        Parameters(args): Parameters<ExecuteCodeArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let id = match self.session_sandbox(&args.session_id) {
+            Ok(id) => id,
+            Err(m) => return error_answer(m),
+        };
+        let timeout = match self.run_timeout(None) {
+            Ok(t) => t,
+            Err(e) => return error_answer(message(&e, "")),
+        };
+        let req = ExecRequest::new(Language::Python, args.code, timeout);
+        match self.run(Some(id.to_string()), Work::Code(req), &ctx).await {
+            Ok(ran) => object(
+                &ExecuteAnswer {
+                    logs: Logs::of(&ran.outcome),
+                    error: ErrorBody::of(&ran.outcome),
+                },
+                !ran.outcome.succeeded(),
+            ),
+            Err(e) => error_answer(self.session_error(&args.session_id, &e)),
+        }
+    }
+
+    #[tool(
+        name = "install_package",
+        description = "Install a Python package in the sandbox with pip. package_name is one \
+                       requirement (a name, optionally with a version), passed to pip as an \
+                       argument, never as shell text."
+    )]
+    async fn mcs_install_package(
+        &self,
+        Parameters(args): Parameters<InstallPackageArgs>,
+    ) -> CallToolResult {
+        let package = args.package_name;
+        let failed = |error: String| {
+            object(
+                &InstallAnswer {
+                    package: package.clone(),
+                    output: Logs::default(),
+                    error: Some(error),
+                },
+                true,
+            )
+        };
+        if let Err(m) = check_package(&package) {
+            return failed(m);
+        }
+        let id = match self.session_sandbox(&args.session_id) {
+            Ok(id) => id,
+            Err(m) => return failed(m),
+        };
+        let req = InstallRequest {
+            manager: PackageManager::Pip,
+            packages: vec![package.clone()],
+            timeout: self.settings().max_run_timeout,
+        };
+        match self
+            .registry()
+            .install(self.tenant(), &id, req, ExecContext::default())
+            .await
+        {
+            Ok(outcome) => {
+                let error = failure_summary(&outcome);
+                object(
+                    &InstallAnswer {
+                        package: package.clone(),
+                        output: Logs::of(&outcome),
+                        error: error.clone(),
+                    },
+                    error.is_some(),
+                )
+            }
+            Err(e) => failed(self.session_error(&args.session_id, &e)),
+        }
+    }
+
+    #[tool(
+        name = "create_run_close",
+        description = "Create a sandbox, run Python code, and close the sandbox in one operation: \
+                       for one-off code executions. Returns logs, error, sandbox_status and \
+                       sandbox_closed."
+    )]
+    async fn mcs_create_run_close(
+        &self,
+        Parameters(args): Parameters<CreateRunCloseArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let timeout = match self.run_timeout(None) {
+            Ok(t) => t,
+            Err(e) => return error_answer(message(&e, "")),
+        };
+        let req = ExecRequest::new(Language::Python, args.code, timeout);
+        match self.run(None, Work::Code(req), &ctx).await {
+            Ok(ran) => {
+                let outcome: &ExecOutcome = &ran.outcome;
+                object(
+                    &CreateRunCloseAnswer {
+                        logs: Logs::of(outcome),
+                        error: ErrorBody::of(outcome),
+                        sandbox_status: "created and will be closed automatically".into(),
+                        sandbox_closed: ran.ephemeral,
+                    },
+                    !outcome.succeeded(),
+                )
+            }
+            Err(e) => error_answer(format!("Operation failed: {}", message(&e, ""))),
+        }
+    }
+
+    #[tool(
+        name = "list_files",
+        description = "List files in the sandbox at the specified path (default: the root \
+                       directory, which is the sandbox's working directory /workspace)."
+    )]
+    async fn mcs_list_files(&self, Parameters(args): Parameters<ListFilesArgs>) -> CallToolResult {
+        let id = match self.session_sandbox(&args.session_id) {
+            Ok(id) => id,
+            Err(m) => return error_answer(m),
+        };
+        match self
+            .registry()
+            .list_files(self.tenant(), &id, &sandbox_path(&args.path), false)
+            .await
+        {
+            Ok(listing) => object(
+                &ListAnswer {
+                    path: args.path,
+                    files: listing
+                        .entries
+                        .into_iter()
+                        .map(|e| EntryOut {
+                            name: e.name,
+                            kind: kind_name(e.kind),
+                            path: e.path,
+                            size: e.size,
+                            modified_time: render::rfc3339(e.modified),
+                        })
+                        .collect(),
+                },
+                false,
+            ),
+            Err(e) => error_answer(format!(
+                "Error listing files: {}",
+                self.session_error(&args.session_id, &e)
+            )),
+        }
+    }
+
+    #[tool(
+        name = "read_file",
+        description = "Read the contents of a file in the sandbox, as text (at most 4 MiB)."
+    )]
+    async fn mcs_read_file(&self, Parameters(args): Parameters<ReadFileArgs>) -> CallToolResult {
+        let id = match self.session_sandbox(&args.session_id) {
+            Ok(id) => id,
+            Err(m) => return error_answer(m),
+        };
+        match self
+            .registry()
+            .read_file(
+                self.tenant(),
+                &id,
+                &sandbox_path(&args.file_path),
+                0,
+                Some(MAX_READ),
+            )
+            .await
+        {
+            Ok(c) if c.more() => error_answer(format!(
+                "Error reading file: {} is {} bytes, more than the {MAX_READ} bytes this tool \
+                 returns; process it with execute_code instead",
+                c.path, c.size
+            )),
+            Ok(c) => object(
+                &ReadAnswer {
+                    path: args.file_path,
+                    content: String::from_utf8_lossy(&c.data).into_owned(),
+                },
+                false,
+            ),
+            Err(e) => error_answer(format!(
+                "Error reading file: {}",
+                self.session_error(&args.session_id, &e)
+            )),
+        }
+    }
+
+    #[tool(
+        name = "write_file",
+        description = "Write content to a file in the sandbox, replacing it if it exists and \
+                       creating missing parent directories."
+    )]
+    async fn mcs_write_file(&self, Parameters(args): Parameters<WriteFileArgs>) -> CallToolResult {
+        let id = match self.session_sandbox(&args.session_id) {
+            Ok(id) => id,
+            Err(m) => return error_answer(m),
+        };
+        match self
+            .registry()
+            .write_file(
+                self.tenant(),
+                &id,
+                &sandbox_path(&args.file_path),
+                args.content.into_bytes(),
+                false,
+            )
+            .await
+        {
+            Ok(_) => object(
+                &WriteAnswer {
+                    path: args.file_path,
+                    message: "File written successfully".into(),
+                },
+                false,
+            ),
+            Err(e) => error_answer(format!(
+                "Error writing file: {}",
+                self.session_error(&args.session_id, &e)
+            )),
+        }
+    }
+
+    #[tool(
+        name = "upload_file",
+        description = "Upload a file to the sandbox: file_content is written to file_name in \
+                       destination_path (default: the root directory, /workspace)."
+    )]
+    async fn mcs_upload_file(
+        &self,
+        Parameters(args): Parameters<UploadFileArgs>,
+    ) -> CallToolResult {
+        let id = match self.session_sandbox(&args.session_id) {
+            Ok(id) => id,
+            Err(m) => return error_answer(m),
+        };
+        if args.file_name.trim().is_empty() {
+            return error_answer("Error uploading file: file_name is empty");
+        }
+        let path = upload_path(&args.destination_path, &args.file_name);
+        match self
+            .registry()
+            .write_file(
+                self.tenant(),
+                &id,
+                &sandbox_path(&path),
+                args.file_content.into_bytes(),
+                false,
+            )
+            .await
+        {
+            Ok(_) => object(
+                &WriteAnswer {
+                    path,
+                    message: "File uploaded successfully".into(),
+                },
+                false,
+            ),
+            Err(e) => error_answer(format!(
+                "Error uploading file: {}",
+                self.session_error(&args.session_id, &e)
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slash_is_the_sandbox_home() {
+        for (given, sandbox) in [
+            ("/", "/workspace"),
+            ("", "/workspace"),
+            ("//", "/workspace"),
+            ("/data.csv", "/workspace/data.csv"),
+            ("out/a.txt", "/workspace/out/a.txt"),
+            ("/workspace", "/workspace"),
+            ("/workspace/a", "/workspace/a"),
+            ("/workspaces/a", "/workspace/workspaces/a"),
+            ("/tmp/x", "/tmp/x"),
+            ("/data/sales.csv", "/data/sales.csv"),
+            ("/etc/passwd", "/workspace/etc/passwd"),
+        ] {
+            assert_eq!(sandbox_path(given), sandbox, "{given}");
+        }
+    }
+
+    #[test]
+    fn uploads_join_the_destination_and_the_name() {
+        assert_eq!(upload_path("/", "a.txt"), "/a.txt");
+        assert_eq!(upload_path("/out/", "a.txt"), "/out/a.txt");
+        assert_eq!(upload_path("out", "a.txt"), "/out/a.txt");
+        assert_eq!(upload_path("", "a.txt"), "/a.txt");
+        assert_eq!(upload_path("/out", "/b.txt"), "/b.txt");
+    }
+
+    #[test]
+    fn package_names_are_never_options() {
+        assert!(check_package("requests==2.32.3").is_ok());
+        assert!(check_package("--index-url=http://evil").is_err());
+        assert!(check_package("a b").is_err());
+        assert!(check_package("").is_err());
+    }
+}
