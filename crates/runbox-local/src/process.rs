@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use runbox_core::{CommandRequest, Error, ProcessId, ProcessInfo, ProcessOutput};
-use runbox_jail::{Jail, SpawnRequest};
+use runbox_jail::Jail;
 use tokio::io::AsyncReadExt;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::kernel::bash::{check_shell_text, shell_argv};
+use crate::kernel::bash::command_spawn;
 use crate::kernel::{dev_null, pipe, spawn_failed};
 
 /// Unread output kept per process (both streams together); beyond it the oldest goes.
@@ -146,13 +146,8 @@ impl Processes {
         req: &CommandRequest,
         pids_limit: u32,
     ) -> Result<ProcessInfo, Error> {
-        check_shell_text("command", &req.command)?;
-        let cwd = req.cwd.clone().unwrap_or_else(|| "/workspace".into());
-        if !cwd.starts_with('/') {
-            return Err(Error::InvalidRequest(format!(
-                "cwd {cwd:?} must be an absolute path inside the sandbox, such as /workspace/project"
-            )));
-        }
+        let spawn = command_spawn(bash, base_env, req)?;
+        let cwd = spawn.cwd.clone();
         {
             let all = self.all();
             let running = all
@@ -170,13 +165,6 @@ impl Processes {
         let out = pipe().map_err(io_err)?;
         let err = pipe().map_err(io_err)?;
         let null = dev_null().map_err(io_err)?;
-        let mut env: Vec<String> = base_env.to_vec();
-        env.extend(req.env.iter().map(|(k, v)| format!("{k}={v}")));
-        let spawn = SpawnRequest {
-            argv: shell_argv(bash, &req.command),
-            env,
-            cwd: cwd.clone(),
-        };
         let fds = [null.as_fd(), out.writer.as_fd(), err.writer.as_fd()];
         let spawned = match jail.spawn(spawn, &fds).await {
             Ok(s) => s,

@@ -76,6 +76,11 @@ impl Runtime {
             })
     }
 
+    /// The path of the interpreter for `language`, as text for an argv.
+    pub(crate) fn path_of(&self, language: Language) -> Result<String, runbox_core::Error> {
+        Ok(self.require(language)?.path.to_string_lossy().into_owned())
+    }
+
     /// Languages that can run.
     pub fn languages(&self) -> Vec<Language> {
         let mut v = Vec::new();

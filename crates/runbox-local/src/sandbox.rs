@@ -209,11 +209,7 @@ impl LocalSandbox {
         if self.jail.has_ended() {
             return Err(Error::not_found(&self.id));
         }
-        let bash_path = runtime
-            .require(Language::Bash)?
-            .path
-            .to_string_lossy()
-            .into_owned();
+        let bash_path = runtime.path_of(Language::Bash)?;
         bash::command(
             &self.jail,
             &bash_path,
@@ -251,11 +247,7 @@ impl LocalSandbox {
         check_packages(&req.packages)?;
         let mut argv = match req.manager {
             PackageManager::Pip => {
-                let python = runtime
-                    .require(Language::Python)?
-                    .path
-                    .to_string_lossy()
-                    .into_owned();
+                let python = runtime.path_of(Language::Python)?;
                 [
                     python.as_str(),
                     "-m",
@@ -328,11 +320,7 @@ impl LocalSandbox {
         if self.jail.has_ended() {
             return Err(Error::not_found(&self.id));
         }
-        let bash_path = runtime
-            .require(Language::Bash)?
-            .path
-            .to_string_lossy()
-            .into_owned();
+        let bash_path = runtime.path_of(Language::Bash)?;
         self.processes
             .start(&self.jail, &bash_path, &self.env, req, self.limits.pids)
             .await
@@ -351,11 +339,7 @@ impl LocalSandbox {
         }
         match req.language {
             Language::Bash => {
-                let bash_path = runtime
-                    .require(Language::Bash)?
-                    .path
-                    .to_string_lossy()
-                    .into_owned();
+                let bash_path = runtime.path_of(Language::Bash)?;
                 let mut state = self.bash.lock().await;
                 bash::run(
                     &self.jail,

@@ -62,7 +62,7 @@ impl BashState {
     }
 }
 
-pub(crate) fn check_shell_text(what: &str, text: &str) -> Result<(), Error> {
+fn check_shell_text(what: &str, text: &str) -> Result<(), Error> {
     if text.len() > MAX_CODE {
         return Err(Error::InvalidRequest(format!(
             "the {what} is {} bytes, over the {MAX_CODE}-byte limit of one command line; write it to a \
@@ -117,20 +117,8 @@ pub(crate) async fn command(
     limits: &Limits,
     grace: Duration,
 ) -> Result<ExecOutcome, Error> {
-    check_shell_text("command", &req.command)?;
-    let cwd = req.cwd.clone().unwrap_or_else(|| "/workspace".into());
-    if !cwd.starts_with('/') {
-        return Err(Error::InvalidRequest(format!(
-            "cwd {cwd:?} must be an absolute path inside the sandbox, such as /workspace/project"
-        )));
-    }
-    let mut env: Vec<String> = base_env.to_vec();
-    env.extend(req.env.iter().map(|(k, v)| format!("{k}={v}")));
-    let spawn = SpawnRequest {
-        argv: shell_argv(bash, &req.command),
-        env,
-        cwd: cwd.clone(),
-    };
+    let spawn = command_spawn(bash, base_env, req)?;
+    let cwd = spawn.cwd.clone();
     match run_shell(jail, spawn, false, req.timeout, ctx, limits, grace).await {
         Err(Error::Sandbox {
             source: Some(source),
@@ -148,7 +136,30 @@ pub(crate) async fn command(
     }
 }
 
-pub(crate) fn shell_argv(bash: &str, text: &str) -> Vec<String> {
+/// How to start `req.command` with `bash -c` in its directory (absolute, default
+/// /workspace), with `base_env` plus the request's variables.
+pub(crate) fn command_spawn(
+    bash: &str,
+    base_env: &[String],
+    req: &CommandRequest,
+) -> Result<SpawnRequest, Error> {
+    check_shell_text("command", &req.command)?;
+    let cwd = req.cwd.clone().unwrap_or_else(|| "/workspace".into());
+    if !cwd.starts_with('/') {
+        return Err(Error::InvalidRequest(format!(
+            "cwd {cwd:?} must be an absolute path inside the sandbox, such as /workspace/project"
+        )));
+    }
+    let mut env: Vec<String> = base_env.to_vec();
+    env.extend(req.env.iter().map(|(k, v)| format!("{k}={v}")));
+    Ok(SpawnRequest {
+        argv: shell_argv(bash, &req.command),
+        env,
+        cwd,
+    })
+}
+
+fn shell_argv(bash: &str, text: &str) -> Vec<String> {
     vec![
         bash.to_owned(),
         "--noprofile".into(),
