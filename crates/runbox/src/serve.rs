@@ -47,7 +47,11 @@ async fn egress_config(config: &ServeConfig) -> EgressConfig {
         npm: "npm".into(),
         ..Default::default()
     };
-    let found = runbox_egress::discover_index_hosts(&commands).await;
+    // `--allow-host none`: no sandbox gets a network, so there is nothing to discover.
+    let found = match &config.egress_hosts {
+        Some(list) if list.is_empty() => runbox_egress::IndexHosts::default(),
+        _ => runbox_egress::discover_index_hosts(&commands).await,
+    };
     let allowlist = match &config.egress_hosts {
         Some(list) => list.clone(),
         None => runbox_egress::Allowlist::parse(found.all()).unwrap_or_default(),
