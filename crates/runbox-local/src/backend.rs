@@ -101,6 +101,8 @@ pub struct LocalBackend {
     runtime: Runtime,
     layout: Layout,
     base_env: Vec<(String, String)>,
+    /// What a sandbox with network access gets on top of `base_env`.
+    egress_env: Vec<(String, String)>,
     config: LocalConfig,
     sandboxes: Mutex<Registry>,
 }
@@ -141,6 +143,11 @@ impl LocalBackend {
             data_dir.as_deref(),
         );
         let base_env = Layout::base_env(&runtime);
+        let egress_env = config
+            .egress
+            .as_ref()
+            .map(|e| egress_env(&e.index_env))
+            .unwrap_or_default();
         match host.cgroups() {
             Ok(c) => {
                 tracing::debug!(version = ?c.version(), controllers = ?c.controllers(), "cgroups")
@@ -154,6 +161,7 @@ impl LocalBackend {
             runtime,
             layout,
             base_env,
+            egress_env,
             config,
             sandboxes: Mutex::new(Registry::default()),
         })
@@ -305,11 +313,9 @@ fn check_data_dir(dir: &Path) -> Result<PathBuf, Error> {
     Ok(dir)
 }
 
-/// Starts the egress proxy of a new sandbox on the socket its init listens on, and makes
-/// the folder `install_packages` fills for Python.
+/// Starts the egress proxy of a new sandbox on the socket its init listens on.
 fn start_proxy(
     jail: &runbox_jail::Jail,
-    files: &FileAreas,
     policy: runbox_egress::Policy,
     events: Option<runbox_egress::EventSink>,
 ) -> Result<runbox_egress::EgressHandle, Error> {
@@ -321,12 +327,6 @@ fn start_proxy(
         .set_nonblocking(true)
         .and_then(|()| tokio::net::TcpListener::from_std(listener))
         .map(|l| runbox_egress::spawn(l, Arc::new(policy), events))
-        .and_then(|handle| {
-            files
-                .create_dir_all(PYTHON_PACKAGES)
-                .map_err(std::io::Error::other)?;
-            Ok(handle)
-        })
         .map_err(|e| Error::sandbox_caused_by("could not start the egress proxy", e))
 }
 
@@ -399,8 +399,8 @@ impl Backend for LocalBackend {
             .map_err(|e| Error::sandbox_caused_by("could not create a sandbox", e))?;
         tracing::debug!(sandbox = %id, layers = ?jail.report(), "sandbox created");
         let mut env: BTreeMap<String, String> = self.base_env.iter().cloned().collect();
-        if let Some((config, _)) = &egress {
-            env.extend(egress_env(&config.index_env));
+        if egress.is_some() {
+            env.extend(self.egress_env.iter().cloned());
         }
         env.extend(spec.env);
         let files = match FileAreas::open(&jail, &self.layout.export_dirs) {
@@ -420,7 +420,12 @@ impl Backend for LocalBackend {
                     .iter()
                     .map(ToString::to_string)
                     .collect();
-                match start_proxy(&jail, &files, policy, config.events.clone()) {
+                // The folder install_packages fills for Python, on PYTHONPATH: made before
+                // any kernel starts, so a running kernel sees what is installed into it.
+                let started = files
+                    .create_dir_all(PYTHON_PACKAGES)
+                    .and_then(|()| start_proxy(&jail, policy, config.events.clone()));
+                match started {
                     Ok(p) => Some(p),
                     Err(e) => {
                         jail.shutdown().await;
