@@ -52,6 +52,16 @@ pub enum Error {
     #[error("limit reached: {0}")]
     LimitReached(String),
 
+    /// A quota stops the request: the tenant, or the server as a whole, holds as many
+    /// sandboxes or runs as it may. Retrying once some have ended can succeed.
+    #[error("limit reached: {message}")]
+    Quota {
+        /// Which limit.
+        limit: crate::quota::Limit,
+        /// What was hit and what to do, for a human.
+        message: String,
+    },
+
     /// The sandbox could not be created, or broke while in use.
     #[error("sandbox failure: {message}")]
     Sandbox {
@@ -108,6 +118,7 @@ impl Error {
                 | Self::LanguageUnavailable { .. }
                 | Self::InvalidRequest(_)
                 | Self::LimitReached(_)
+                | Self::Quota { .. }
                 | Self::Unsupported { .. }
         )
     }

@@ -8,7 +8,7 @@
 //! - resource [`Limits`] and their validation;
 //! - the [`Error`] type whose variants a front end can turn into messages a caller can act on;
 //! - the [`Registry`]: which tenant owns which sandbox, idle expiry, and a warm pool, in
-//!   front of any backend.
+//!   front of any backend, with the [`Quotas`] that keep tenants from exhausting the host.
 //!
 //! It must never depend on a backend or on a protocol: no MCP type, no Linux syscall and no
 //! HTTP client appears here. Data flows one way: a front end builds a request from its
@@ -20,6 +20,7 @@ mod exec;
 mod files;
 mod limits;
 mod process;
+mod quota;
 mod registry;
 mod sandbox;
 
@@ -32,5 +33,8 @@ pub use exec::{
 pub use files::{Changes, FileContent, FileEntry, FileKind, FileWritten, Listing, changes};
 pub use limits::{Limits, LimitsError};
 pub use process::{ProcessId, ProcessInfo, ProcessOutput};
-pub use registry::{CreateRequest, MAX_CHANGES, Ran, Registry, RegistryConfig, SandboxView, Work};
+pub use quota::{Limit, QuotaLookup, Quotas, TenantQuota};
+pub use registry::{
+    Census, CreateRequest, MAX_CHANGES, Ran, Registry, RegistryConfig, SandboxView, Work,
+};
 pub use sandbox::{Network, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};

@@ -24,6 +24,7 @@ use crate::exec::{
 use crate::files::{Changes, FileContent, FileWritten, Listing, changes};
 use crate::limits::Limits;
 use crate::process::{ProcessId, ProcessInfo, ProcessOutput};
+use crate::quota::{Limit, Quotas};
 use crate::sandbox::{Network, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};
 
 /// Settings of the registry.
@@ -44,6 +45,10 @@ pub struct RegistryConfig {
     /// included (the operator's `--pass-through-env`); a creator's own variables win over
     /// it. Its values are never printed: `Debug` shows the names only.
     pub base_env: BTreeMap<String, String>,
+    /// Sandboxes and runs tenants may hold at once.
+    pub quotas: Quotas,
+    /// Told of every request a quota refuses (for metrics); must return quickly.
+    pub on_refusal: Option<Arc<dyn Fn(Limit) + Send + Sync>>,
 }
 
 impl std::fmt::Debug for RegistryConfig {
@@ -55,6 +60,8 @@ impl std::fmt::Debug for RegistryConfig {
             .field("reap_interval", &self.reap_interval)
             .field("track_changes", &self.track_changes)
             .field("base_env", &self.base_env.keys().collect::<Vec<_>>())
+            .field("quotas", &self.quotas)
+            .field("on_refusal", &self.on_refusal.is_some())
             .finish()
     }
 }
@@ -68,6 +75,8 @@ impl Default for RegistryConfig {
             reap_interval: Duration::from_secs(1),
             track_changes: true,
             base_env: BTreeMap::new(),
+            quotas: Quotas::default(),
+            on_refusal: None,
         }
     }
 }
@@ -112,6 +121,23 @@ pub struct Ran {
 
 /// Most changed files a run reports.
 pub const MAX_CHANGES: usize = 20;
+
+/// Sandboxes by state, all tenants together ([`Registry::census`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Running, with nothing in progress.
+    pub idle: usize,
+    /// Running, with a run or another operation in progress.
+    pub busy: usize,
+    /// Paused (frozen).
+    pub paused: usize,
+    /// Ready in the warm pool, owned by no one yet.
+    pub pooled: usize,
+    /// Being created.
+    pub creating: usize,
+    /// Runs in progress.
+    pub runs: usize,
+}
 
 /// A sandbox as its owner sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,6 +210,28 @@ impl Entry {
 struct Inner {
     entries: HashMap<SandboxId, Entry>,
     pool: VecDeque<SandboxInfo>,
+    /// Sandboxes being created, by tenant: they count against the quotas already.
+    creating: HashMap<String, usize>,
+    /// Runs in progress, by tenant, and for all tenants together.
+    runs: HashMap<String, usize>,
+    runs_total: usize,
+}
+
+impl Inner {
+    fn held_by(&self, owner: &str) -> usize {
+        self.entries.values().filter(|e| e.owner == owner).count()
+            + self.creating.get(owner).copied().unwrap_or(0)
+    }
+}
+
+/// Subtracts one from `owner`'s count in `map`, dropping the entry at zero.
+fn release(map: &mut HashMap<String, usize>, owner: &str) {
+    if let Some(n) = map.get_mut(owner) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(owner);
+        }
+    }
 }
 
 /// Sandboxes by owner, with expiry and a warm pool.
@@ -218,6 +266,47 @@ impl Drop for Busy<'_> {
             e.busy = e.busy.saturating_sub(1);
             e.last_used = Instant::now();
         }
+    }
+}
+
+/// A sandbox being created for a tenant: it counts against the quotas until it is
+/// registered ([`Creating::register`]) or its creation fails (dropped).
+struct Creating<'a> {
+    registry: &'a Registry,
+    owner: String,
+    done: bool,
+}
+
+impl Creating<'_> {
+    /// Registers the new sandbox and ends the reservation under one lock, so that no other
+    /// request sees it counted twice or not at all.
+    fn register(mut self, id: SandboxId, entry: Entry) {
+        let mut inner = self.registry.lock();
+        inner.entries.insert(id, entry);
+        release(&mut inner.creating, &self.owner);
+        self.done = true;
+    }
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            release(&mut self.registry.lock().creating, &self.owner);
+        }
+    }
+}
+
+/// A run in progress, counted against its tenant's and the server's limits until dropped.
+struct RunSlot<'a> {
+    registry: &'a Registry,
+    owner: String,
+}
+
+impl Drop for RunSlot<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.registry.lock();
+        release(&mut inner.runs, &self.owner);
+        inner.runs_total = inner.runs_total.saturating_sub(1);
     }
 }
 
@@ -280,6 +369,101 @@ impl Registry {
         }
     }
 
+    /// Counts a sandbox about to be created for `owner`, or refuses it with the limit it
+    /// would break.
+    fn reserve_sandbox(&self, owner: &str) -> Result<Creating<'_>> {
+        self.reserve_sandbox_as(owner)
+            .inspect_err(|e| self.refused(e))
+    }
+
+    /// Tells [`RegistryConfig::on_refusal`] of a quota's refusal.
+    fn refused(&self, e: &Error) {
+        if let (Error::Quota { limit, .. }, Some(notify)) = (e, &self.config.on_refusal) {
+            notify(*limit);
+        }
+    }
+
+    fn reserve_sandbox_as(&self, owner: &str) -> Result<Creating<'_>> {
+        // Looked up before locking: the lookup may take locks of its own.
+        let quota = self.config.quotas.of(owner);
+        let mut inner = self.lock();
+        if let Some(max) = self.config.quotas.max_sandboxes {
+            let total = inner.entries.len() + inner.creating.values().sum::<usize>();
+            if total >= max {
+                return Err(Error::Quota {
+                    limit: Limit::Sandboxes,
+                    message: format!(
+                        "this server holds its maximum of {max} sandboxes, all tenants together; \
+                         try again once some have closed or expired"
+                    ),
+                });
+            }
+        }
+        if let Some(max) = quota.max_sandboxes {
+            let held = inner.held_by(owner);
+            if held >= max {
+                return Err(Error::Quota {
+                    limit: Limit::TenantSandboxes,
+                    message: format!(
+                        "you hold {held} sandboxes, the most one tenant may hold at once ({max}); \
+                         close one you no longer need with close_sandbox (list_sandboxes shows \
+                         them)"
+                    ),
+                });
+            }
+        }
+        *inner.creating.entry(owner.to_owned()).or_default() += 1;
+        Ok(Creating {
+            registry: self,
+            owner: owner.to_owned(),
+            done: false,
+        })
+    }
+
+    /// Counts a run about to start for `owner`, or refuses it with the limit it would break.
+    fn start_run(&self, owner: &str) -> Result<RunSlot<'_>> {
+        self.start_run_as(owner).inspect_err(|e| self.refused(e))
+    }
+
+    fn start_run_as(&self, owner: &str) -> Result<RunSlot<'_>> {
+        let quota = self.config.quotas.of(owner);
+        let mut inner = self.lock();
+        if let Some(max) = self.config.quotas.max_concurrent_runs
+            && inner.runs_total >= max
+        {
+            return Err(Error::Quota {
+                limit: Limit::Runs,
+                message: format!(
+                    "this server is running its maximum of {max} runs at once, all tenants \
+                     together; retry in a few seconds"
+                ),
+            });
+        }
+        let running = inner.runs.get(owner).copied().unwrap_or(0);
+        if let Some(max) = quota.max_concurrent_runs
+            && running >= max
+        {
+            return Err(Error::Quota {
+                limit: Limit::TenantRuns,
+                message: format!(
+                    "you have {running} runs in progress, the most one tenant may have at once \
+                     ({max}); retry when one has finished"
+                ),
+            });
+        }
+        *inner.runs.entry(owner.to_owned()).or_default() += 1;
+        inner.runs_total += 1;
+        Ok(RunSlot {
+            registry: self,
+            owner: owner.to_owned(),
+        })
+    }
+
+    /// Runs in progress now, all tenants together.
+    pub fn runs_in_progress(&self) -> usize {
+        self.lock().runs_total
+    }
+
     /// Creates a sandbox for `owner` (from the pool when the request allows).
     pub async fn create(
         &self,
@@ -287,6 +471,7 @@ impl Registry {
         req: CreateRequest,
     ) -> Result<(SandboxView, SandboxInfo)> {
         let idle_timeout = self.idle_timeout(req.idle_timeout)?;
+        let reservation = self.reserve_sandbox(owner)?;
         let pooled = if req.env.is_empty() && req.limits.is_none() && req.network == Network::None {
             self.lock().pool.pop_front()
         } else {
@@ -323,7 +508,7 @@ impl Registry {
             workspace: None,
         };
         let view = entry.view(&info.id);
-        self.lock().entries.insert(info.id.clone(), entry);
+        reservation.register(info.id.clone(), entry);
         Ok((view, info))
     }
 
@@ -373,6 +558,7 @@ impl Registry {
         work: Work,
         ctx: ExecContext,
     ) -> Result<Ran> {
+        let _slot = self.start_run(owner)?;
         match sandbox {
             Some(id) => {
                 let (outcome, changes) = self
@@ -526,6 +712,7 @@ impl Registry {
         ctx: ExecContext,
     ) -> Result<ExecOutcome> {
         let _busy = self.acquire_running(owner, id)?;
+        let _slot = self.start_run(owner)?;
         if let Some(e) = self.lock().entries.get_mut(id) {
             e.workspace = None;
         }
@@ -723,6 +910,27 @@ impl Registry {
     /// Sandboxes waiting in the pool.
     pub fn pooled(&self) -> usize {
         self.lock().pool.len()
+    }
+
+    /// How many sandboxes are in each state now, for metrics.
+    pub fn census(&self) -> Census {
+        let inner = self.lock();
+        let mut c = Census {
+            pooled: inner.pool.len(),
+            creating: inner.creating.values().sum(),
+            runs: inner.runs_total,
+            ..Census::default()
+        };
+        for e in inner.entries.values() {
+            if e.paused_at.is_some() {
+                c.paused += 1;
+            } else if e.busy > 0 {
+                c.busy += 1;
+            } else {
+                c.idle += 1;
+            }
+        }
+        c
     }
 
     /// Closes every expired sandbox; returns how many.
@@ -1164,6 +1372,157 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert_eq!(r.reap().await, 1);
         assert!(fake.live.lock().unwrap().is_empty());
+    }
+
+    fn quota_of(e: &Error) -> Option<Limit> {
+        match e {
+            Error::Quota { limit, .. } => Some(*limit),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn tenants_hold_at_most_their_quota_of_sandboxes_and_the_server_its_own() {
+        let refusals = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&refusals);
+        let (fake, r) = registry(RegistryConfig {
+            on_refusal: Some(Arc::new(move |l| seen.lock().unwrap().push(l))),
+            quotas: Quotas {
+                max_sandboxes: Some(3),
+                per_tenant: crate::TenantQuota {
+                    max_sandboxes: Some(2),
+                    max_concurrent_runs: None,
+                },
+                ..Quotas::default()
+            },
+            ..Default::default()
+        });
+        let (a1, _) = r.create("a", CreateRequest::default()).await.unwrap();
+        r.create("a", CreateRequest::default()).await.unwrap();
+        let e = r.create("a", CreateRequest::default()).await.unwrap_err();
+        assert_eq!(quota_of(&e), Some(Limit::TenantSandboxes), "{e}");
+        assert!(e.to_string().contains("close_sandbox"), "{e}");
+        // A one-shot run needs a sandbox too.
+        let work = Work::Code(ExecRequest::new(
+            Language::Python,
+            "1",
+            Duration::from_secs(1),
+        ));
+        let e = r
+            .run("a", None, work.clone(), ExecContext::default())
+            .await
+            .unwrap_err();
+        assert_eq!(quota_of(&e), Some(Limit::TenantSandboxes), "{e}");
+        // Another tenant has a quota of its own, until the server's total is reached.
+        r.create("b", CreateRequest::default()).await.unwrap();
+        let e = r.create("b", CreateRequest::default()).await.unwrap_err();
+        assert_eq!(quota_of(&e), Some(Limit::Sandboxes), "{e}");
+        assert_eq!(
+            fake.created.load(Ordering::SeqCst),
+            3,
+            "nothing made for a refusal"
+        );
+        assert_eq!(
+            *refusals.lock().unwrap(),
+            [
+                Limit::TenantSandboxes,
+                Limit::TenantSandboxes,
+                Limit::Sandboxes
+            ]
+        );
+        // Closing one makes room again.
+        r.close("a", &a1.id).await.unwrap();
+        r.create("a", CreateRequest::default()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_creation_gives_its_place_back() {
+        let (_, r) = registry(RegistryConfig {
+            quotas: Quotas {
+                per_tenant: crate::TenantQuota {
+                    max_sandboxes: Some(1),
+                    max_concurrent_runs: None,
+                },
+                ..Quotas::default()
+            },
+            ..Default::default()
+        });
+        let bad = CreateRequest {
+            idle_timeout: Some(Duration::ZERO),
+            ..Default::default()
+        };
+        assert!(r.create("a", bad).await.is_err());
+        r.create("a", CreateRequest::default()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn concurrent_runs_are_capped_per_tenant_and_for_the_server() {
+        let (_, r) = registry(RegistryConfig {
+            quotas: Quotas {
+                max_concurrent_runs: Some(3),
+                per_tenant: crate::TenantQuota {
+                    max_sandboxes: None,
+                    max_concurrent_runs: Some(2),
+                },
+                lookup: Some(Arc::new(|t: &str| {
+                    (t == "big").then_some(crate::TenantQuota {
+                        max_sandboxes: None,
+                        max_concurrent_runs: Some(10),
+                    })
+                })),
+                ..Quotas::default()
+            },
+            ..Default::default()
+        });
+        let (s, _) = r.create("a", CreateRequest::default()).await.unwrap();
+        let (big, _) = r.create("big", CreateRequest::default()).await.unwrap();
+        // The fake backend's runs last 50 ms: start two and try a third meanwhile.
+        let slow = || {
+            Work::Code(ExecRequest::new(
+                Language::Python,
+                "x",
+                Duration::from_secs(1),
+            ))
+        };
+        let (r1, r2) = (Arc::clone(&r), Arc::clone(&r));
+        let (s1, s2) = (s.id.clone(), s.id.clone());
+        let w1 = slow();
+        let w2 = slow();
+        let first =
+            tokio::spawn(async move { r1.run("a", Some(&s1), w1, ExecContext::default()).await });
+        let second =
+            tokio::spawn(async move { r2.run("a", Some(&s2), w2, ExecContext::default()).await });
+        while r.runs_in_progress() < 2 {
+            tokio::task::yield_now().await;
+        }
+        let e = r
+            .run("a", Some(&s.id), slow(), ExecContext::default())
+            .await
+            .unwrap_err();
+        assert_eq!(quota_of(&e), Some(Limit::TenantRuns), "{e}");
+        // A tenant with a larger quota of its own still meets the server's cap.
+        let r3 = Arc::clone(&r);
+        let big_id = big.id.clone();
+        let w3 = slow();
+        let third = tokio::spawn(async move {
+            r3.run("big", Some(&big_id), w3, ExecContext::default())
+                .await
+        });
+        while r.runs_in_progress() < 3 {
+            tokio::task::yield_now().await;
+        }
+        let e = r
+            .run("big", Some(&big.id), slow(), ExecContext::default())
+            .await
+            .unwrap_err();
+        assert_eq!(quota_of(&e), Some(Limit::Runs), "{e}");
+        for t in [first, second, third] {
+            t.await.unwrap().unwrap();
+        }
+        assert_eq!(r.runs_in_progress(), 0);
+        r.run("a", Some(&s.id), slow(), ExecContext::default())
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
