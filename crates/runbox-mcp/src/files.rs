@@ -2,6 +2,8 @@
 //! backend (the local one resolves them beneath the sandbox's own directories); this layer
 //! turns arguments into requests and bytes into text, base64 or image content.
 
+use crate::caller::Caller;
+use rmcp::handler::server::tool::Extension;
 use std::fmt::Write as _;
 
 use base64::Engine as _;
@@ -156,12 +158,16 @@ impl RunboxServer {
         output_schema = schema_for_output::<ListFilesOutput>(),
         annotations(title = "List files", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn list_files(&self, Parameters(args): Parameters<ListFilesArgs>) -> CallToolResult {
+    async fn list_files(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<ListFilesArgs>,
+    ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
         let path = args.path.unwrap_or_else(|| "/workspace".into());
         let listing = match self
             .registry()
-            .list_files(self.tenant(), &id, &path, args.recursive)
+            .list_files(&caller.tenant, &id, &path, args.recursive)
             .await
         {
             Ok(l) => l,
@@ -225,7 +231,11 @@ impl RunboxServer {
         output_schema = schema_for_output::<ReadFileOutput>(),
         annotations(title = "Read a file", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn read_file(&self, Parameters(args): Parameters<ReadFileArgs>) -> CallToolResult {
+    async fn read_file(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<ReadFileArgs>,
+    ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
         let (offset, length) = match (
             offset_arg(args.offset, "offset"),
@@ -236,7 +246,7 @@ impl RunboxServer {
         };
         match self
             .registry()
-            .read_file(self.tenant(), &id, &args.path, offset, length)
+            .read_file(&caller.tenant, &id, &args.path, offset, length)
             .await
             .and_then(|c| read_result(c, args.encoding))
         {
@@ -253,7 +263,11 @@ impl RunboxServer {
         output_schema = schema_for_output::<WriteFileOutput>(),
         annotations(title = "Write a file", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn write_file(&self, Parameters(args): Parameters<WriteFileArgs>) -> CallToolResult {
+    async fn write_file(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<WriteFileArgs>,
+    ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
         let data = match args.encoding.unwrap_or(Encoding::Utf8) {
             Encoding::Utf8 => args.content.into_bytes(),
@@ -276,7 +290,7 @@ impl RunboxServer {
         let written = data.len();
         match self
             .registry()
-            .write_file(self.tenant(), &id, &args.path, data, args.append)
+            .write_file(&caller.tenant, &id, &args.path, data, args.append)
             .await
         {
             Ok(w) => {

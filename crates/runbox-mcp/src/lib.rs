@@ -9,8 +9,12 @@
 //! (`render`): failures a caller can act on are tool results with `isError`, never protocol
 //! errors, and never silent empty answers.
 
+mod audit;
+mod auth;
+mod caller;
 mod files;
 mod lifecycle;
+mod metrics;
 mod packages;
 mod profiles;
 mod prompts;
@@ -20,6 +24,10 @@ mod server;
 mod transport;
 pub mod types;
 
+pub use audit::AuditLog;
+pub use auth::{AuthFailure, Authenticator, HttpAuth};
+pub use caller::Caller;
+pub use metrics::{Metrics, Rejection};
 pub use profiles::{Profile, UnknownProfile};
 pub use resources::SANDBOX_FILE_TEMPLATE;
 pub use server::{INSTRUCTIONS, RunboxServer, ServerSettings};

@@ -1,6 +1,8 @@
 //! Tools for what a sandbox does over time: background processes (their output and
 //! their end), pause and resume, and the idle timeout.
 
+use crate::caller::Caller;
+use rmcp::handler::server::tool::Extension;
 use std::time::Duration;
 
 use rmcp::handler::server::common::schema_for_output;
@@ -39,6 +41,7 @@ impl RunboxServer {
     )]
     async fn read_process_output(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<ReadProcessArgs>,
     ) -> CallToolResult {
         let wait = match args.wait_seconds {
@@ -59,7 +62,7 @@ impl RunboxServer {
         let process = ProcessId::from(args.process_id);
         match self
             .registry()
-            .read_process(self.tenant(), &id, &process, wait)
+            .read_process(&caller.tenant, &id, &process, wait)
             .await
         {
             Ok(o) => {
@@ -98,12 +101,16 @@ impl RunboxServer {
         output_schema = schema_for_output::<KillProcessOutput>(),
         annotations(title = "Kill a background process", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn kill_process(&self, Parameters(args): Parameters<ProcessArgs>) -> CallToolResult {
+    async fn kill_process(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<ProcessArgs>,
+    ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
         let process = ProcessId::from(args.process_id);
         match self
             .registry()
-            .kill_process(self.tenant(), &id, &process)
+            .kill_process(&caller.tenant, &id, &process)
             .await
         {
             Ok(info) => {
@@ -131,9 +138,13 @@ impl RunboxServer {
         output_schema = schema_for_output::<LifecycleOutput>(),
         annotations(title = "Pause a sandbox", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn pause_sandbox(&self, Parameters(args): Parameters<SandboxArgs>) -> CallToolResult {
+    async fn pause_sandbox(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<SandboxArgs>,
+    ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
-        match self.registry().pause(self.tenant(), &id).await {
+        match self.registry().pause(&caller.tenant, &id).await {
             Ok(view) => render::ok(
                 format!("Sandbox {id} is paused; resume it with resume_sandbox."),
                 &lifecycle(&view),
@@ -148,9 +159,13 @@ impl RunboxServer {
         output_schema = schema_for_output::<LifecycleOutput>(),
         annotations(title = "Resume a sandbox", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn resume_sandbox(&self, Parameters(args): Parameters<SandboxArgs>) -> CallToolResult {
+    async fn resume_sandbox(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<SandboxArgs>,
+    ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
-        match self.registry().resume(self.tenant(), &id).await {
+        match self.registry().resume(&caller.tenant, &id).await {
             Ok(view) => {
                 let out = lifecycle(&view);
                 render::ok(
@@ -173,6 +188,7 @@ impl RunboxServer {
     )]
     async fn set_sandbox_timeout(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<SetTimeoutArgs>,
     ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
@@ -180,7 +196,7 @@ impl RunboxServer {
             Ok(t) => t,
             Err(e) => return render::error(&e),
         };
-        match self.registry().set_timeout(self.tenant(), &id, timeout) {
+        match self.registry().set_timeout(&caller.tenant, &id, timeout) {
             Ok(view) => {
                 let out = lifecycle(&view);
                 render::ok(

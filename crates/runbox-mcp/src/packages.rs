@@ -1,5 +1,7 @@
 //! `install_packages`: pip or npm packages into a sandbox with network access.
 
+use crate::caller::Caller;
+use rmcp::handler::server::tool::Extension;
 use std::time::Duration;
 
 use rmcp::handler::server::common::schema_for_output;
@@ -29,6 +31,7 @@ impl RunboxServer {
     )]
     async fn install_packages(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<InstallPackagesArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
@@ -61,7 +64,7 @@ impl RunboxServer {
         };
         match self
             .registry()
-            .install(self.tenant(), &id, req, exec_ctx)
+            .install(&caller.tenant, &id, req, exec_ctx)
             .await
         {
             Ok(o) => {

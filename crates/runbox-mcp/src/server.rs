@@ -3,16 +3,18 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::{Extension, ToolCallContext};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CacheScope, CallToolResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ResourceTemplate, ServerCapabilities, ServerConfig,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
+    ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ResourceTemplate, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler, tool, tool_handler, tool_router};
@@ -22,6 +24,9 @@ use runbox_core::{
 };
 use tokio::sync::mpsc;
 
+use crate::audit::{self, AuditLog};
+use crate::caller::{Caller, caller_of};
+use crate::metrics::{Metrics, RunOutcome};
 use crate::profiles::{Profile, Sessions};
 use crate::render;
 use crate::resources::{self, DataCatalog, SANDBOX_FILE_TEMPLATE, Target};
@@ -39,7 +44,8 @@ pub struct ServerSettings {
     pub default_run_timeout: Duration,
     /// The longest timeout a caller may ask for.
     pub max_run_timeout: Duration,
-    /// The tenant every request belongs to (one local tenant until authentication exists).
+    /// The tenant of requests that carry no [`Caller`] (stdio, and HTTP without
+    /// authentication): one local tenant.
     pub tenant: String,
     /// The operator's data files, listed as `data://` resources (the backend mounts the same
     /// directory at /data in every sandbox).
@@ -50,6 +56,10 @@ pub struct ServerSettings {
     /// (novita-tutorial's and mcp-code-sandbox's, as their seeds' sandboxes had a network) get
     /// network "allowlist": the operator's egress hosts. False when there are none.
     pub package_network: bool,
+    /// Where every tool call is recorded, when the operator asked for an audit log.
+    pub audit: Option<Arc<AuditLog>>,
+    /// The server's metrics (shared with the transport, which serves and feeds them too).
+    pub metrics: Arc<Metrics>,
 }
 
 impl Default for ServerSettings {
@@ -61,6 +71,8 @@ impl Default for ServerSettings {
             data_dir: None,
             profile: Profile::Default,
             package_network: false,
+            audit: None,
+            metrics: Arc::new(Metrics::new()),
         }
     }
 }
@@ -194,6 +206,26 @@ impl Progress {
     }
 }
 
+/// How a run ended, for the metrics.
+fn run_outcome(r: &Result<Ran, Error>) -> RunOutcome {
+    match r {
+        Ok(ran) => {
+            let o = &ran.outcome;
+            if o.timed_out {
+                RunOutcome::Timeout
+            } else if o.cancelled {
+                RunOutcome::Cancelled
+            } else if o.error.is_some() || o.exit_code.is_some_and(|c| c != 0) {
+                RunOutcome::Error
+            } else {
+                RunOutcome::Ok
+            }
+        }
+        Err(Error::Quota { .. }) => RunOutcome::Refused,
+        Err(_) => RunOutcome::Failed,
+    }
+}
+
 pub(crate) fn seconds(s: f64, what: &str) -> Result<Duration, Error> {
     if !s.is_finite() || s <= 0.0 {
         return Err(Error::InvalidRequest(format!(
@@ -245,8 +277,14 @@ impl RunboxServer {
         &self.state.sessions
     }
 
-    pub(crate) fn tenant(&self) -> &str {
+    /// The tenant of requests that carry no [`Caller`].
+    pub fn default_tenant(&self) -> &str {
         &self.state.settings.tenant
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.state.settings.metrics
     }
 
     pub(crate) fn data_catalog(&self) -> Option<&DataCatalog> {
@@ -257,6 +295,7 @@ impl RunboxServer {
     /// client asked for them and the request's cancellation wired to the run.
     pub(crate) async fn run(
         &self,
+        tenant: &str,
         sandbox_id: Option<String>,
         work: Work,
         ctx: &RequestContext<RoleServer>,
@@ -267,11 +306,18 @@ impl RunboxServer {
             cancel: ctx.ct.clone(),
         };
         let id = sandbox_id.map(SandboxId::from);
+        let language = match &work {
+            Work::Code(req) => req.language.as_str(),
+            Work::Command(_) => "command",
+        };
+        let started = Instant::now();
         let r = self
             .state
             .registry
-            .run(self.tenant(), id.as_ref(), work, exec_ctx)
+            .run(tenant, id.as_ref(), work, exec_ctx)
             .await;
+        self.metrics()
+            .run(language, run_outcome(&r), started.elapsed());
         progress.finish().await;
         r
     }
@@ -279,6 +325,7 @@ impl RunboxServer {
     /// `run_command` with `background: true`: starts the command and answers at once.
     async fn start_background(
         &self,
+        tenant: &str,
         sandbox_id: Option<String>,
         req: CommandRequest,
     ) -> CallToolResult {
@@ -290,12 +337,7 @@ impl RunboxServer {
             ));
         };
         let started = std::time::Instant::now();
-        match self
-            .state
-            .registry
-            .start_process(self.tenant(), &id, req)
-            .await
-        {
+        match self.state.registry.start_process(tenant, &id, req).await {
             Ok(info) => render::run_command(&RunCommandOutput {
                 sandbox_id: id.to_string(),
                 ephemeral: false,
@@ -343,6 +385,7 @@ impl RunboxServer {
     )]
     async fn run_code(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<RunCodeArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
@@ -352,7 +395,10 @@ impl RunboxServer {
         };
         let mut req = ExecRequest::new(args.language.into(), args.code, timeout);
         req.env = args.env;
-        match self.run(args.sandbox_id, Work::Code(req), &ctx).await {
+        match self
+            .run(&caller.tenant, args.sandbox_id, Work::Code(req), &ctx)
+            .await
+        {
             Ok(ran) => render::run_code(&run_code_output(ran)),
             Err(e) => render::error(&e),
         }
@@ -367,6 +413,7 @@ impl RunboxServer {
     )]
     async fn run_command(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<RunCommandArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
@@ -378,9 +425,14 @@ impl RunboxServer {
         req.cwd = args.cwd;
         req.env = args.env;
         if args.background {
-            return self.start_background(args.sandbox_id, req).await;
+            return self
+                .start_background(&caller.tenant, args.sandbox_id, req)
+                .await;
         }
-        match self.run(args.sandbox_id, Work::Command(req), &ctx).await {
+        match self
+            .run(&caller.tenant, args.sandbox_id, Work::Command(req), &ctx)
+            .await
+        {
             Ok(ran) => render::run_command(&run_command_output(ran)),
             Err(e) => render::error(&e),
         }
@@ -396,6 +448,7 @@ impl RunboxServer {
     )]
     async fn create_sandbox(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<CreateSandboxArgs>,
     ) -> CallToolResult {
         let idle_timeout = match args
@@ -422,7 +475,7 @@ impl RunboxServer {
             limits: None,
             network,
         };
-        match self.state.registry.create(self.tenant(), req).await {
+        match self.state.registry.create(&caller.tenant, req).await {
             Ok((view, info)) => {
                 let out = CreateSandboxOutput {
                     sandbox_id: view.id.to_string(),
@@ -464,11 +517,11 @@ impl RunboxServer {
         output_schema = schema_for_output::<ListSandboxesOutput>(),
         annotations(title = "List sandboxes", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn list_sandboxes(&self) -> CallToolResult {
+    async fn list_sandboxes(&self, Extension(caller): Extension<Caller>) -> CallToolResult {
         let sandboxes: Vec<SandboxSummary> = self
             .state
             .registry
-            .list(self.tenant())
+            .list(&caller.tenant)
             .into_iter()
             .map(|v| SandboxSummary {
                 sandbox_id: v.id.to_string(),
@@ -508,10 +561,11 @@ impl RunboxServer {
     )]
     async fn get_sandbox_status(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<SandboxArgs>,
     ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
-        match self.state.registry.status(self.tenant(), &id).await {
+        match self.state.registry.status(&caller.tenant, &id).await {
             Ok((view, status)) => {
                 let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
                 let out = SandboxStatusOutput {
@@ -576,9 +630,13 @@ impl RunboxServer {
         output_schema = schema_for_output::<CloseSandboxOutput>(),
         annotations(title = "Close a sandbox", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn close_sandbox(&self, Parameters(args): Parameters<SandboxArgs>) -> CallToolResult {
+    async fn close_sandbox(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<SandboxArgs>,
+    ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
-        match self.state.registry.close(self.tenant(), &id).await {
+        match self.state.registry.close(&caller.tenant, &id).await {
             Ok(()) => render::ok(
                 format!("Closed sandbox {id}."),
                 &CloseSandboxOutput {
@@ -601,7 +659,7 @@ fn no_caching(ctx: &RequestContext<RoleServer>) -> Option<(u64, CacheScope)> {
 
 impl RunboxServer {
     /// Reads a resource: a file of one of the caller's sandboxes, or a data file.
-    async fn read(&self, uri: &str) -> Result<ReadResourceResult, ErrorData> {
+    async fn read(&self, tenant: &str, uri: &str) -> Result<ReadResourceResult, ErrorData> {
         let not_found = |message: String| {
             ErrorData::resource_not_found(message, Some(serde_json::json!({ "uri": uri })))
         };
@@ -611,7 +669,7 @@ impl RunboxServer {
             Target::SandboxFile(id, path) => {
                 let content = self
                     .registry()
-                    .read_file(self.tenant(), &id, &path, 0, Some(resources::MAX_RESOURCE))
+                    .read_file(tenant, &id, &path, 0, Some(resources::MAX_RESOURCE))
                     .await
                     .map_err(|e| match e {
                         Error::SandboxNotFound { .. } | Error::FileNotFound { .. } => {
@@ -658,9 +716,80 @@ impl RunboxServer {
     }
 }
 
+impl RunboxServer {
+    /// Records a finished tool call in the metrics and, when there is one, the audit log.
+    fn record_call(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: Option<&rmcp::model::JsonObject>,
+        result: &Result<CallToolResponse, ErrorData>,
+        elapsed: Duration,
+    ) {
+        let outcome = match result {
+            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => "error",
+            Ok(_) => "ok",
+            Err(_) => "invalid",
+        };
+        self.metrics().tool_call(tool, outcome);
+        let Some(audit) = &self.state.settings.audit else {
+            return;
+        };
+        let arg = |name: &str| {
+            arguments
+                .and_then(|a| a.get(name))
+                .and_then(serde_json::Value::as_str)
+        };
+        // A new sandbox's id is in the answer.
+        let created = match result {
+            Ok(CallToolResponse::Complete(r)) => r
+                .structured_content
+                .as_ref()
+                .and_then(|v| v.get("sandbox_id"))
+                .and_then(serde_json::Value::as_str),
+            _ => None,
+        };
+        audit.record(&audit::Entry {
+            time: audit::now(),
+            tenant: &caller.tenant,
+            tool,
+            sandbox_id: arg("sandbox_id").or(created),
+            outcome,
+            duration_ms: audit::millis(elapsed),
+            code: audit
+                .include_code()
+                .then(|| arg("code").or_else(|| arg("command")))
+                .flatten(),
+        });
+    }
+}
+
 #[tool_handler(router = self.tool_router)]
 #[prompt_handler(router = self.prompt_router)]
 impl ServerHandler for RunboxServer {
+    /// Every tool call goes through here: the caller is put where tools find it
+    /// (`Extension<Caller>`), and the call is counted and audited.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        mut context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = caller_of(&context, self.default_tenant());
+        context.extensions.insert(caller.clone());
+        let started = Instant::now();
+        let (name, arguments) = (request.name.clone(), request.arguments.clone());
+        let tcc = ToolCallContext::new(self, request, context);
+        let result = self.tool_router.call(tcc).await;
+        self.record_call(
+            &caller,
+            &name,
+            arguments.as_ref(),
+            &result,
+            started.elapsed(),
+        );
+        result
+    }
+
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
@@ -718,7 +847,9 @@ impl ServerHandler for RunboxServer {
         request: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let mut result = self.read(&request.uri).await?;
+        let mut result = self
+            .read(&caller_of(&ctx, self.default_tenant()).tenant, &request.uri)
+            .await?;
         if let Some((ttl, scope)) = no_caching(&ctx) {
             result = result.with_ttl_ms(ttl).with_cache_scope(scope);
         }

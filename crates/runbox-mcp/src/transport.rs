@@ -1,13 +1,18 @@
 //! The two transports: stdio (what desktop clients spawn) and streamable HTTP (`/mcp`,
 //! plus `/healthz`). Both revisions in use are answered on each: 2025-11-25 with
 //! `initialize` and sessions, 2026-07-28 stateless with `server/discover`; rmcp negotiates.
-//! Sandbox ids are tool arguments, never tied to an HTTP session.
+//! Sandbox ids are tool arguments, never tied to an HTTP session. Over HTTP, `/mcp` can
+//! require a bearer token and limit each tenant's request rate (see [`crate::auth`]);
+//! `/metrics` serves Prometheus metrics.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::middleware::from_fn_with_state;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -15,6 +20,9 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{RoleServer, ServiceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{
+    AuthState, HttpAuth, RESOURCE_METADATA_PATH, RateLimiter, authenticate, rate_limit,
+};
 use crate::server::RunboxServer;
 
 /// Why a transport stopped with an error.
@@ -65,6 +73,11 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Largest request body, in bytes (code travels in requests).
     pub max_request_bytes: usize,
+    /// Who may use `/mcp`; `None`: anyone who can connect (the server's one local tenant).
+    pub auth: Option<HttpAuth>,
+    /// Requests a minute each tenant may send to `/mcp` unless its token says otherwise;
+    /// `None`: no limit.
+    pub rate_limit: Option<u32>,
 }
 
 impl Default for HttpOptions {
@@ -73,6 +86,8 @@ impl Default for HttpOptions {
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             allowed_origins: Vec::new(),
             max_request_bytes: MAX_REQUEST_BYTES,
+            auth: None,
+            rate_limit: None,
         }
     }
 }
@@ -102,7 +117,23 @@ async fn session_end_is_no_content(
     response
 }
 
-/// The HTTP application: `/mcp` and `/healthz`.
+async fn metrics(State(server): State<RunboxServer>) -> impl IntoResponse {
+    let text = server.metrics().render(server.registry().census());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
+
+async fn resource_metadata(State(auth): State<HttpAuth>, headers: HeaderMap) -> impl IntoResponse {
+    Json(auth.resource_metadata(&headers))
+}
+
+/// The HTTP application: `/mcp` (behind authentication and rate limits when configured),
+/// `/healthz`, `/metrics`, and with OAuth the protected-resource metadata.
 pub fn http_app(
     server: RunboxServer,
     options: &HttpOptions,
@@ -119,10 +150,40 @@ pub fn http_app(
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    axum::Router::new()
-        .route("/healthz", get(healthz))
-        .with_state(server)
+    let limiter = Arc::new(RateLimiter::new(
+        options.rate_limit,
+        server.default_tenant().to_owned(),
+        Arc::clone(server.metrics()),
+    ));
+    // Layers run outside in: authentication first, then the rate of the tenant it found.
+    let mut mcp = axum::Router::new()
         .nest_service("/mcp", mcp)
+        .layer(from_fn_with_state(limiter, rate_limit));
+    let mut app = axum::Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .with_state(server.clone());
+    if let Some(auth) = &options.auth {
+        mcp = mcp.layer(from_fn_with_state(
+            AuthState {
+                auth: auth.clone(),
+                metrics: Arc::clone(server.metrics()),
+            },
+            authenticate,
+        ));
+        if !auth.authorization_servers.is_empty() {
+            app = app.merge(
+                axum::Router::new()
+                    .route(RESOURCE_METADATA_PATH, get(resource_metadata))
+                    .route(
+                        "/.well-known/oauth-protected-resource",
+                        get(resource_metadata),
+                    )
+                    .with_state(auth.clone()),
+            );
+        }
+    }
+    app.merge(mcp)
         .layer(axum::middleware::from_fn(session_end_is_no_content))
 }
 

@@ -3,6 +3,8 @@
 //! output. Every call here takes a fresh sandbox (from the warm pool when there is one) that
 //! is closed after it.
 
+use crate::caller::Caller;
+use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
@@ -101,6 +103,7 @@ fn answer(outcome: &ExecOutcome, nothing: &str) -> CallToolResult {
 impl RunboxServer {
     async fn code_sandbox_mcp_run(
         &self,
+        tenant: &str,
         language: Language,
         code: String,
         nothing: &str,
@@ -109,7 +112,7 @@ impl RunboxServer {
         let ran = match self.run_timeout(None) {
             Ok(timeout) => {
                 let req = ExecRequest::new(language, code, timeout);
-                self.run(None, Work::Code(req), ctx).await
+                self.run(tenant, None, Work::Code(req), ctx).await
             }
             Err(e) => Err(e),
         };
@@ -136,9 +139,11 @@ impl RunboxServer {
     async fn code_sandbox_mcp_run_python_code(
         &self,
         Parameters(args): Parameters<PythonCodeArgs>,
+        Extension(caller): Extension<Caller>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         self.code_sandbox_mcp_run(
+            &caller.tenant,
             Language::Python,
             args.code,
             "No output, forgot print()?",
@@ -157,9 +162,11 @@ impl RunboxServer {
     async fn code_sandbox_mcp_run_javascript_code(
         &self,
         Parameters(args): Parameters<JavaScriptCodeArgs>,
+        Extension(caller): Extension<Caller>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         self.code_sandbox_mcp_run(
+            &caller.tenant,
             Language::JavaScript,
             args.code,
             "No output, forgot console.log()?",

@@ -7,6 +7,8 @@
 //! operator's read-only `/data/...` are taken as they are, any other absolute path is under
 //! `/workspace`, and relative paths start there. Nothing ever names a host path.
 
+use crate::caller::Caller;
+use rmcp::handler::server::tool::Extension;
 use std::collections::HashSet;
 
 use rmcp::handler::server::wrapper::Parameters;
@@ -277,30 +279,30 @@ fn check_package(name: &str) -> Result<(), String> {
 
 impl RunboxServer {
     /// The sandbox of one of the caller's sessions.
-    fn session_sandbox(&self, session: &str) -> Result<SandboxId, String> {
+    fn session_sandbox(&self, tenant: &str, session: &str) -> Result<SandboxId, String> {
         self.sessions()
-            .get(self.tenant(), session)
+            .get(tenant, session)
             .ok_or_else(|| no_session(session))
     }
 
     /// Forgets the session when `e` says its sandbox is gone, and words the error.
-    fn session_error(&self, session: &str, e: &Error) -> String {
+    fn session_error(&self, tenant: &str, session: &str, e: &Error) -> String {
         if matches!(e, Error::SandboxNotFound { .. }) {
-            self.sessions().forget(self.tenant(), session);
+            self.sessions().forget(tenant, session);
             return no_session(session);
         }
         message(e, "")
     }
 
     /// Forgets sessions whose sandbox expired or was closed.
-    fn prune_sessions(&self) {
+    fn prune_sessions(&self, tenant: &str) {
         let live: HashSet<SandboxId> = self
             .registry()
-            .list(self.tenant())
+            .list(tenant)
             .into_iter()
             .map(|v| v.id)
             .collect();
-        self.sessions().prune(self.tenant(), &live);
+        self.sessions().prune(tenant, &live);
     }
 }
 
@@ -314,6 +316,7 @@ impl RunboxServer {
     )]
     async fn mcs_create_sandbox(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<SessionArgs>,
     ) -> CallToolResult {
         let session = args.session_id;
@@ -323,8 +326,8 @@ impl RunboxServer {
                 true,
             );
         }
-        self.prune_sessions();
-        let Some(reservation) = self.sessions().reserve(self.tenant(), &session) else {
+        self.prune_sessions(&caller.tenant);
+        let Some(reservation) = self.sessions().reserve(&caller.tenant, &session) else {
             return text_result(
                 format!(
                     "Sandbox with session ID {session} already exists. Use it, close it with \
@@ -335,7 +338,7 @@ impl RunboxServer {
         };
         match self
             .registry()
-            .create(self.tenant(), self.package_sandbox_request())
+            .create(&caller.tenant, self.package_sandbox_request())
             .await
         {
             Ok((view, _)) => {
@@ -366,9 +369,13 @@ impl RunboxServer {
         description = "Close and clean up a sandbox environment: every process in it is stopped \
                        and its files are deleted."
     )]
-    async fn mcs_close_sandbox(&self, Parameters(args): Parameters<SessionArgs>) -> CallToolResult {
+    async fn mcs_close_sandbox(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<SessionArgs>,
+    ) -> CallToolResult {
         let session = args.session_id;
-        let Some(id) = self.sessions().take(self.tenant(), &session) else {
+        let Some(id) = self.sessions().take(&caller.tenant, &session) else {
             // As the seed answers: not an error, so a client does not retry.
             return text_result(
                 format!(
@@ -377,7 +384,7 @@ impl RunboxServer {
                 false,
             );
         };
-        match self.registry().close(self.tenant(), &id).await {
+        match self.registry().close(&caller.tenant, &id).await {
             Ok(()) | Err(Error::SandboxNotFound { .. }) => text_result(
                 format!(
                     "Sandbox with session ID {session} has been successfully closed and all \
@@ -403,12 +410,13 @@ impl RunboxServer {
     )]
     async fn mcs_get_sandbox_status(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<StatusArgs>,
     ) -> CallToolResult {
-        self.prune_sessions();
+        self.prune_sessions(&caller.tenant);
         match args.session_id {
             Some(session) => {
-                let id = match self.session_sandbox(&session) {
+                let id = match self.session_sandbox(&caller.tenant, &session) {
                     Ok(id) => id,
                     Err(_) => {
                         return error_answer(format!(
@@ -416,7 +424,7 @@ impl RunboxServer {
                         ));
                     }
                 };
-                match self.registry().status(self.tenant(), &id).await {
+                match self.registry().status(&caller.tenant, &id).await {
                     Ok((view, _)) => object(
                         &SessionStatus {
                             status: match view.state {
@@ -427,11 +435,11 @@ impl RunboxServer {
                         },
                         false,
                     ),
-                    Err(e) => error_answer(self.session_error(&session, &e)),
+                    Err(e) => error_answer(self.session_error(&caller.tenant, &session, &e)),
                 }
             }
             None => {
-                let active_sessions = self.sessions().names(self.tenant());
+                let active_sessions = self.sessions().names(&caller.tenant);
                 object(
                     &AllStatus {
                         active_sandbox_count: active_sessions.len(),
@@ -452,10 +460,11 @@ impl RunboxServer {
     )]
     async fn mcs_execute_code(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<ExecuteCodeArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let id = match self.session_sandbox(&args.session_id) {
+        let id = match self.session_sandbox(&caller.tenant, &args.session_id) {
             Ok(id) => id,
             Err(m) => return error_answer(m),
         };
@@ -464,7 +473,10 @@ impl RunboxServer {
             Err(e) => return error_answer(message(&e, "")),
         };
         let req = ExecRequest::new(Language::Python, args.code, timeout);
-        match self.run(Some(id.to_string()), Work::Code(req), &ctx).await {
+        match self
+            .run(&caller.tenant, Some(id.to_string()), Work::Code(req), &ctx)
+            .await
+        {
             Ok(ran) => object(
                 &ExecuteAnswer {
                     logs: Logs::of(&ran.outcome),
@@ -472,7 +484,7 @@ impl RunboxServer {
                 },
                 !ran.outcome.succeeded(),
             ),
-            Err(e) => error_answer(self.session_error(&args.session_id, &e)),
+            Err(e) => error_answer(self.session_error(&caller.tenant, &args.session_id, &e)),
         }
     }
 
@@ -484,6 +496,7 @@ impl RunboxServer {
     )]
     async fn mcs_install_package(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<InstallPackageArgs>,
     ) -> CallToolResult {
         let package = args.package_name;
@@ -500,7 +513,7 @@ impl RunboxServer {
         if let Err(m) = check_package(&package) {
             return failed(m);
         }
-        let id = match self.session_sandbox(&args.session_id) {
+        let id = match self.session_sandbox(&caller.tenant, &args.session_id) {
             Ok(id) => id,
             Err(m) => return failed(m),
         };
@@ -511,7 +524,7 @@ impl RunboxServer {
         };
         match self
             .registry()
-            .install(self.tenant(), &id, req, ExecContext::default())
+            .install(&caller.tenant, &id, req, ExecContext::default())
             .await
         {
             Ok(outcome) => {
@@ -525,7 +538,7 @@ impl RunboxServer {
                     error.is_some(),
                 )
             }
-            Err(e) => failed(self.session_error(&args.session_id, &e)),
+            Err(e) => failed(self.session_error(&caller.tenant, &args.session_id, &e)),
         }
     }
 
@@ -537,6 +550,7 @@ impl RunboxServer {
     )]
     async fn mcs_create_run_close(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<CreateRunCloseArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
@@ -545,7 +559,7 @@ impl RunboxServer {
             Err(e) => return error_answer(message(&e, "")),
         };
         let req = ExecRequest::new(Language::Python, args.code, timeout);
-        match self.run(None, Work::Code(req), &ctx).await {
+        match self.run(&caller.tenant, None, Work::Code(req), &ctx).await {
             Ok(ran) => {
                 let outcome: &ExecOutcome = &ran.outcome;
                 object(
@@ -567,14 +581,18 @@ impl RunboxServer {
         description = "List files in the sandbox at the specified path (default: the root \
                        directory, which is the sandbox's working directory /workspace)."
     )]
-    async fn mcs_list_files(&self, Parameters(args): Parameters<ListFilesArgs>) -> CallToolResult {
-        let id = match self.session_sandbox(&args.session_id) {
+    async fn mcs_list_files(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<ListFilesArgs>,
+    ) -> CallToolResult {
+        let id = match self.session_sandbox(&caller.tenant, &args.session_id) {
             Ok(id) => id,
             Err(m) => return error_answer(m),
         };
         match self
             .registry()
-            .list_files(self.tenant(), &id, &sandbox_path(&args.path), false)
+            .list_files(&caller.tenant, &id, &sandbox_path(&args.path), false)
             .await
         {
             Ok(listing) => object(
@@ -596,7 +614,7 @@ impl RunboxServer {
             ),
             Err(e) => error_answer(format!(
                 "Error listing files: {}",
-                self.session_error(&args.session_id, &e)
+                self.session_error(&caller.tenant, &args.session_id, &e)
             )),
         }
     }
@@ -605,15 +623,19 @@ impl RunboxServer {
         name = "read_file",
         description = "Read the contents of a file in the sandbox, as text (at most 4 MiB)."
     )]
-    async fn mcs_read_file(&self, Parameters(args): Parameters<ReadFileArgs>) -> CallToolResult {
-        let id = match self.session_sandbox(&args.session_id) {
+    async fn mcs_read_file(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<ReadFileArgs>,
+    ) -> CallToolResult {
+        let id = match self.session_sandbox(&caller.tenant, &args.session_id) {
             Ok(id) => id,
             Err(m) => return error_answer(m),
         };
         match self
             .registry()
             .read_file(
-                self.tenant(),
+                &caller.tenant,
                 &id,
                 &sandbox_path(&args.file_path),
                 0,
@@ -635,7 +657,7 @@ impl RunboxServer {
             ),
             Err(e) => error_answer(format!(
                 "Error reading file: {}",
-                self.session_error(&args.session_id, &e)
+                self.session_error(&caller.tenant, &args.session_id, &e)
             )),
         }
     }
@@ -645,15 +667,19 @@ impl RunboxServer {
         description = "Write content to a file in the sandbox, replacing it if it exists and \
                        creating missing parent directories."
     )]
-    async fn mcs_write_file(&self, Parameters(args): Parameters<WriteFileArgs>) -> CallToolResult {
-        let id = match self.session_sandbox(&args.session_id) {
+    async fn mcs_write_file(
+        &self,
+        Extension(caller): Extension<Caller>,
+        Parameters(args): Parameters<WriteFileArgs>,
+    ) -> CallToolResult {
+        let id = match self.session_sandbox(&caller.tenant, &args.session_id) {
             Ok(id) => id,
             Err(m) => return error_answer(m),
         };
         match self
             .registry()
             .write_file(
-                self.tenant(),
+                &caller.tenant,
                 &id,
                 &sandbox_path(&args.file_path),
                 args.content.into_bytes(),
@@ -670,7 +696,7 @@ impl RunboxServer {
             ),
             Err(e) => error_answer(format!(
                 "Error writing file: {}",
-                self.session_error(&args.session_id, &e)
+                self.session_error(&caller.tenant, &args.session_id, &e)
             )),
         }
     }
@@ -682,9 +708,10 @@ impl RunboxServer {
     )]
     async fn mcs_upload_file(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<UploadFileArgs>,
     ) -> CallToolResult {
-        let id = match self.session_sandbox(&args.session_id) {
+        let id = match self.session_sandbox(&caller.tenant, &args.session_id) {
             Ok(id) => id,
             Err(m) => return error_answer(m),
         };
@@ -695,7 +722,7 @@ impl RunboxServer {
         match self
             .registry()
             .write_file(
-                self.tenant(),
+                &caller.tenant,
                 &id,
                 &sandbox_path(&path),
                 args.file_content.into_bytes(),
@@ -712,7 +739,7 @@ impl RunboxServer {
             ),
             Err(e) => error_answer(format!(
                 "Error uploading file: {}",
-                self.session_error(&args.session_id, &e)
+                self.session_error(&caller.tenant, &args.session_id, &e)
             )),
         }
     }

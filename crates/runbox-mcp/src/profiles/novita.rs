@@ -2,6 +2,8 @@
 //! `000_b3755aa2b5a95fa0.txt`), whose agent runs data analysis in a sandbox it creates,
 //! uses over several calls and stops. Usually served over streamable HTTP.
 
+use crate::caller::Caller;
+use rmcp::handler::server::tool::Extension;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -178,10 +180,13 @@ impl RunboxServer {
                        run_on_command_line, and stop the sandbox with stop_sandbox_session when \
                        done."
     )]
-    async fn novita_create_sandbox_session(&self) -> CallToolResult {
+    async fn novita_create_sandbox_session(
+        &self,
+        Extension(caller): Extension<Caller>,
+    ) -> CallToolResult {
         match self
             .registry()
-            .create(self.tenant(), self.package_sandbox_request())
+            .create(&caller.tenant, self.package_sandbox_request())
             .await
         {
             Ok((view, _)) => text_result(
@@ -213,10 +218,11 @@ impl RunboxServer {
     )]
     async fn novita_stop_sandbox_session(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<SandboxIdArgs>,
     ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
-        match self.registry().close(self.tenant(), &id).await {
+        match self.registry().close(&caller.tenant, &id).await {
             Ok(()) => text_result(format!("Successfully killed Sandbox ID: {id}"), false),
             Err(e) => text_result(
                 format!(
@@ -238,13 +244,14 @@ impl RunboxServer {
     )]
     async fn novita_run_python_code(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<RunPythonCodeArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let answer = match self.run_timeout(None) {
             Ok(timeout) => {
                 let req = ExecRequest::new(Language::Python, args.python_code, timeout);
-                self.run(Some(args.sandbox_id), Work::Code(req), &ctx)
+                self.run(&caller.tenant, Some(args.sandbox_id), Work::Code(req), &ctx)
                     .await
                     .map(|ran| ran.outcome)
             }
@@ -272,15 +279,21 @@ impl RunboxServer {
     )]
     async fn novita_run_on_command_line(
         &self,
+        Extension(caller): Extension<Caller>,
         Parameters(args): Parameters<RunOnCommandLineArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let answer = match self.run_timeout(None) {
             Ok(timeout) => {
                 let req = CommandRequest::new(args.command_line, timeout);
-                self.run(Some(args.sandbox_id), Work::Command(req), &ctx)
-                    .await
-                    .map(|ran| ran.outcome)
+                self.run(
+                    &caller.tenant,
+                    Some(args.sandbox_id),
+                    Work::Command(req),
+                    &ctx,
+                )
+                .await
+                .map(|ran| ran.outcome)
             }
             Err(e) => Err(e),
         };
