@@ -31,6 +31,8 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Report each isolation layer this machine offers and prove a sandbox runs with them.
     Doctor(DoctorArgs),
+    /// Manage the bearer tokens of `serve --http ADDR --tokens PATH`: add, list, revoke.
+    Token(crate::token::TokenArgs),
 }
 
 /// Settings of the local sandbox engine, shared by every command that starts sandboxes.

@@ -30,10 +30,60 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RUNBOX_CONFIG", value_name = "PATH")]
     pub(crate) config: Option<PathBuf>,
 
-    /// Allow binding HTTP to a non-loopback address without authentication: anyone who can
-    /// reach the port can run code.
+    /// Allow binding HTTP to a non-loopback address without authentication (no --tokens,
+    /// no --oauth-issuer): anyone who can reach the port can run code.
     #[arg(long, env = "RUNBOX_INSECURE_PUBLIC")]
     pub(crate) insecure_public: bool,
+
+    /// Require a bearer token on /mcp from this tokens file (made with `runbox token add`);
+    /// it is re-read when it changes, so a revoked token stops working at once.
+    #[arg(long, env = "RUNBOX_TOKENS", value_name = "PATH")]
+    pub(crate) tokens: Option<PathBuf>,
+
+    /// Accept OAuth 2.1 access tokens (JWTs) from this issuer on /mcp; their subject is the
+    /// tenant. Needs --oauth-audience.
+    #[arg(long, env = "RUNBOX_OAUTH_ISSUER", value_name = "URL")]
+    pub(crate) oauth_issuer: Option<String>,
+
+    /// The audience JWTs must be issued for (this server's resource identifier).
+    #[arg(long, env = "RUNBOX_OAUTH_AUDIENCE", value_name = "AUD")]
+    pub(crate) oauth_audience: Option<String>,
+
+    /// The issuer's JWKS URL, when its metadata does not give one.
+    #[arg(long, env = "RUNBOX_OAUTH_JWKS_URL", value_name = "URL")]
+    pub(crate) oauth_jwks_url: Option<String>,
+
+    /// This server's public base URL (https://runbox.example.com), named in its OAuth
+    /// protected-resource metadata; default: http:// and the request's Host.
+    #[arg(long, env = "RUNBOX_PUBLIC_URL", value_name = "URL")]
+    pub(crate) public_url: Option<String>,
+
+    /// Most sandboxes one tenant may hold at once [default: no limit but --max-sandboxes].
+    #[arg(long, env = "RUNBOX_MAX_SANDBOXES_PER_TENANT", value_name = "N")]
+    pub(crate) max_sandboxes_per_tenant: Option<usize>,
+
+    /// Most runs one tenant may have in progress at once [default: no limit but
+    /// --max-concurrent-runs].
+    #[arg(long, env = "RUNBOX_MAX_RUNS_PER_TENANT", value_name = "N")]
+    pub(crate) max_runs_per_tenant: Option<usize>,
+
+    /// Most runs in progress at once, all tenants together [default: --max-sandboxes].
+    #[arg(long, env = "RUNBOX_MAX_CONCURRENT_RUNS", value_name = "N")]
+    pub(crate) max_concurrent_runs: Option<usize>,
+
+    /// Requests a minute each tenant may send over HTTP (429 beyond it); a token's own
+    /// rate wins [default: no limit].
+    #[arg(long, env = "RUNBOX_RATE_LIMIT", value_name = "PER_MINUTE")]
+    pub(crate) rate_limit: Option<u32>,
+
+    /// Append one JSON line per tool call to FILE (time, tenant, tool, sandbox, outcome,
+    /// duration).
+    #[arg(long, env = "RUNBOX_AUDIT_LOG", value_name = "FILE")]
+    pub(crate) audit_log: Option<PathBuf>,
+
+    /// Also write the code and commands of each call in the audit log.
+    #[arg(long, env = "RUNBOX_AUDIT_CODE", requires = "audit_log")]
+    pub(crate) audit_code: bool,
 
     /// Host header value accepted on HTTP, besides localhost (DNS-rebinding protection);
     /// repeatable.
@@ -149,6 +199,17 @@ struct FileConfig {
     stdio: Option<bool>,
     http: Option<SocketAddr>,
     insecure_public: Option<bool>,
+    tokens: Option<PathBuf>,
+    oauth_issuer: Option<String>,
+    oauth_audience: Option<String>,
+    oauth_jwks_url: Option<String>,
+    public_url: Option<String>,
+    max_sandboxes_per_tenant: Option<usize>,
+    max_runs_per_tenant: Option<usize>,
+    max_concurrent_runs: Option<usize>,
+    rate_limit: Option<u32>,
+    audit_log: Option<PathBuf>,
+    audit_code: Option<bool>,
     allowed_hosts: Option<Vec<String>>,
     allowed_origins: Option<Vec<String>>,
     pool: Option<usize>,
@@ -177,6 +238,32 @@ pub(crate) enum Transport {
     Http(SocketAddr),
 }
 
+/// Who may use the HTTP transport.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct AuthConfig {
+    /// runbox's own tokens file.
+    pub(crate) tokens: Option<PathBuf>,
+    /// An OAuth issuer whose JWTs are accepted.
+    pub(crate) oauth: Option<OAuthConfig>,
+    /// The public base URL named in the protected-resource metadata.
+    pub(crate) public_url: Option<String>,
+}
+
+impl AuthConfig {
+    /// Whether any authentication is configured.
+    pub(crate) fn any(&self) -> bool {
+        self.tokens.is_some() || self.oauth.is_some()
+    }
+}
+
+/// OAuth resource-server settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OAuthConfig {
+    pub(crate) issuer: String,
+    pub(crate) audience: String,
+    pub(crate) jwks_url: Option<String>,
+}
+
 /// The validated configuration of `runbox serve`.
 #[derive(Debug, Clone)]
 pub(crate) struct ServeConfig {
@@ -200,6 +287,15 @@ pub(crate) struct ServeConfig {
     pub(crate) profile: Profile,
     /// Host variables every sandbox gets (`--pass-through-env`).
     pub(crate) pass_through_env: PassThroughEnv,
+    /// Authentication of the HTTP transport.
+    pub(crate) auth: AuthConfig,
+    /// Per-tenant and server-wide limits on sandboxes and runs.
+    pub(crate) quotas: runbox_core::Quotas,
+    /// Requests a minute per tenant over HTTP.
+    pub(crate) rate_limit: Option<u32>,
+    /// The audit log, and whether it records code.
+    pub(crate) audit_log: Option<PathBuf>,
+    pub(crate) audit_code: bool,
     pub(crate) engine: EngineArgs,
 }
 
@@ -278,15 +374,43 @@ impl ServeConfig {
         } else {
             bail!("choose a transport: --stdio, or --http ADDR (such as 127.0.0.1:8000)");
         };
+        let auth = AuthConfig {
+            tokens: args.tokens.or(file.tokens),
+            oauth: match (
+                args.oauth_issuer.or(file.oauth_issuer),
+                args.oauth_audience.or(file.oauth_audience),
+            ) {
+                (Some(issuer), Some(audience)) => Some(OAuthConfig {
+                    issuer,
+                    audience,
+                    jwks_url: args.oauth_jwks_url.or(file.oauth_jwks_url),
+                }),
+                (None, None) => None,
+                (Some(_), None) => {
+                    bail!("--oauth-issuer needs --oauth-audience: the audience JWTs must name")
+                }
+                (None, Some(_)) => bail!("--oauth-audience needs --oauth-issuer"),
+            },
+            public_url: args.public_url.or(file.public_url),
+        };
+        if transport == Transport::Stdio && auth.any() {
+            bail!(
+                "--tokens and --oauth-issuer apply to --http only: over stdio the client that \
+                 started the server is its one local tenant"
+            );
+        }
         let insecure = args.insecure_public || file.insecure_public.unwrap_or(false);
         if let Transport::Http(addr) = transport
             && !addr.ip().is_loopback()
+            && !auth.any()
             && !insecure
         {
             bail!(
-                "refusing to serve on {addr}: runbox has no authentication yet, so anyone who can reach \
-                 this address could run code. Bind a loopback address (127.0.0.1:PORT), or pass \
-                 --insecure-public if every client that can reach it is trusted"
+                "refusing to serve on {addr} without authentication: anyone who can reach this \
+                 address could run code. Require tokens (runbox token add NAME, then --tokens \
+                 PATH) or OAuth (--oauth-issuer, --oauth-audience), bind a loopback address \
+                 (127.0.0.1:PORT), or pass --insecure-public if every client that can reach it \
+                 is trusted"
             );
         }
 
@@ -341,6 +465,43 @@ impl ServeConfig {
         let max_sandboxes = args.max_sandboxes.or(file.max_sandboxes).unwrap_or(50);
         if !(1..=10_000).contains(&max_sandboxes) {
             bail!("max_sandboxes must be between 1 and 10000, got {max_sandboxes}");
+        }
+        let positive = |name: &str, v: Option<usize>| -> anyhow::Result<Option<usize>> {
+            match v {
+                Some(0) => bail!("{name} must be at least 1"),
+                v => Ok(v),
+            }
+        };
+        let quotas = runbox_core::Quotas {
+            max_sandboxes: Some(max_sandboxes),
+            max_concurrent_runs: Some(
+                positive(
+                    "max_concurrent_runs",
+                    args.max_concurrent_runs.or(file.max_concurrent_runs),
+                )?
+                .unwrap_or(max_sandboxes),
+            ),
+            per_tenant: runbox_core::TenantQuota {
+                max_sandboxes: positive(
+                    "max_sandboxes_per_tenant",
+                    args.max_sandboxes_per_tenant
+                        .or(file.max_sandboxes_per_tenant),
+                )?,
+                max_concurrent_runs: positive(
+                    "max_runs_per_tenant",
+                    args.max_runs_per_tenant.or(file.max_runs_per_tenant),
+                )?,
+            },
+            lookup: None,
+        };
+        let rate_limit = args.rate_limit.or(file.rate_limit);
+        if rate_limit == Some(0) {
+            bail!("rate_limit must be at least 1 request a minute");
+        }
+        let audit_log = args.audit_log.or(file.audit_log);
+        let audit_code = args.audit_code || file.audit_code.unwrap_or(false);
+        if audit_code && audit_log.is_none() {
+            bail!("audit_code needs audit_log");
         }
         let pool = args.pool.or(file.pool).unwrap_or(2);
         if pool > 64 {
@@ -416,6 +577,11 @@ impl ServeConfig {
             egress_addresses,
             profile,
             pass_through_env,
+            auth,
+            quotas,
+            rate_limit,
+            audit_log,
+            audit_code,
             engine,
         })
     }
@@ -456,7 +622,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--insecure-public"), "{e}");
+        assert!(e.contains("--tokens"), "{e}");
         assert!(resolve(&["--http", "0.0.0.0:8000", "--insecure-public"]).is_ok());
+        assert!(resolve(&["--http", "0.0.0.0:8000", "--tokens", "/x/tokens.toml"]).is_ok());
+        let oauth = [
+            "--http",
+            "0.0.0.0:8000",
+            "--oauth-issuer",
+            "https://idp.example",
+            "--oauth-audience",
+            "runbox",
+        ];
+        assert!(resolve(&oauth).is_ok());
+        let e = resolve(&oauth[..4]).unwrap_err().to_string();
+        assert!(e.contains("--oauth-audience"), "{e}");
+        let e = resolve(&["--stdio", "--tokens", "/x/tokens.toml"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--http only"), "{e}");
         assert!(resolve(&["--http", "127.0.0.1:8000"]).is_ok());
         assert!(resolve(&["--http", "[::1]:8000"]).is_ok());
     }

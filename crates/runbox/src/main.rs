@@ -1,12 +1,15 @@
 //! The `runbox` binary: `serve` (the MCP server), `run` (one piece of code in a fresh
-//! sandbox), `doctor` (which isolation layers this machine offers), and, hidden, the sandbox
+//! sandbox), `doctor` (which isolation layers this machine offers), `token` (the tokens
+//! file of an authenticated server), and, hidden, the sandbox
 //! init that the local backend re-executes this binary as.
 
+mod auth;
 mod cli;
 mod config;
 mod doctor;
 mod run;
 mod serve;
+mod token;
 
 use clap::Parser;
 
@@ -36,6 +39,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Run(args) => run::main(args).await,
             cli::Command::Doctor(args) => doctor::main(args).await,
             cli::Command::Serve(args) => serve::main(*args).await,
+            cli::Command::Token(args) => token::main(args),
         }
     });
     std::process::ExitCode::from(code)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use runbox_core::{Backend, Registry, RegistryConfig};
 use runbox_local::{EgressConfig, LocalBackend};
-use runbox_mcp::{HttpOptions, RunboxServer, ServerSettings};
+use runbox_mcp::{AuditLog, HttpOptions, Metrics, Rejection, RunboxServer, ServerSettings};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ServeArgs, ServeConfig, Transport};
@@ -37,7 +37,7 @@ pub(crate) async fn main(args: ServeArgs) -> u8 {
 
 /// The egress proxy's policy: the operator's hosts, or those of this machine's pip and npm,
 /// with the package-index settings sandboxes need to use them.
-async fn egress_config(config: &ServeConfig) -> EgressConfig {
+async fn egress_config(config: &ServeConfig, metrics: &Arc<Metrics>) -> EgressConfig {
     let commands = runbox_egress::IndexCommands {
         python: config
             .engine
@@ -66,7 +66,10 @@ async fn egress_config(config: &ServeConfig) -> EgressConfig {
     EgressConfig {
         policy: runbox_egress::Policy::new(allowlist).with_allow_addresses(allow_addresses),
         index_env: found.env,
-        events: None,
+        events: Some({
+            let metrics = Arc::clone(metrics);
+            Arc::new(move |d: &runbox_egress::Decision| metrics.egress(d.reason.as_str()))
+        }),
     }
 }
 
@@ -123,11 +126,20 @@ async fn index_addresses(
 }
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let auth = crate::auth::setup(&config.auth).await?;
+    let audit = match &config.audit_log {
+        Some(path) => Some(Arc::new(
+            AuditLog::open(path, config.audit_code)
+                .with_context(|| format!("opening the audit log {}", path.display()))?,
+        )),
+        None => None,
+    };
     let mut local = config.engine.local_config(config.limits.clone());
     // The pool's sandboxes must not take the room of callers' sandboxes.
     local.max_sandboxes = config.max_sandboxes + config.pool;
     local.data_dir = config.data_dir.clone();
-    local.egress = Some(egress_config(&config).await);
+    local.egress = Some(egress_config(&config, &metrics).await);
     let package_network = local
         .egress
         .as_ref()
@@ -144,6 +156,14 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_idle_timeout: config.max_sandbox_timeout,
             pool_size: config.pool,
             base_env: config.pass_through_env.0.clone(),
+            quotas: runbox_core::Quotas {
+                lookup: auth.as_ref().and_then(|(_, lookup)| lookup.clone()),
+                ..config.quotas.clone()
+            },
+            on_refusal: Some({
+                let metrics = Arc::clone(&metrics);
+                Arc::new(move |limit| metrics.rejected(Rejection::Quota(limit)))
+            }),
             ..Default::default()
         },
     );
@@ -156,6 +176,8 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             data_dir: config.data_dir.clone(),
             profile: config.profile,
             package_network,
+            audit,
+            metrics: Arc::clone(&metrics),
             ..Default::default()
         },
     );
@@ -172,10 +194,15 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 .with_context(|| format!("binding {addr}"))?;
             let bound = listener.local_addr()?;
             // Said on stderr whatever the log level: with port 0 it is the only way to know.
-            eprintln!("runbox: serving MCP on http://{bound}/mcp (health: http://{bound}/healthz)");
+            eprintln!(
+                "runbox: serving MCP on http://{bound}/mcp (health: http://{bound}/healthz, \
+                 metrics: http://{bound}/metrics)"
+            );
             let options = HttpOptions {
                 allowed_hosts: config.allowed_hosts.clone(),
                 allowed_origins: config.allowed_origins.clone(),
+                auth: auth.map(|(auth, _)| auth),
+                rate_limit: config.rate_limit,
                 ..Default::default()
             };
             let app = runbox_mcp::http_app(server, &options, shutdown.child_token());
