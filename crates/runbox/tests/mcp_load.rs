@@ -1,0 +1,138 @@
+//! A load test: many MCP clients at once, each running one-shot code (a fresh sandbox per
+//! call) over HTTP against one real server, with tokens of different tenants. Every answer
+//! must be the right one (no crossed outputs between concurrent runs), nothing may be left
+//! running afterwards, and the server's memory must come back to where it was: repeated
+//! rounds must not make it grow.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod util;
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::ClientServiceExt;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::json;
+use util::mcp::*;
+
+const CLIENTS: usize = 12;
+const RUNS_PER_CLIENT: usize = 3;
+
+/// The server's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// One round: every client runs its one-shot snippets at once; each answer is checked.
+async fn round(clients: &[Client], round: usize) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, client) in clients.iter().enumerate() {
+        let peer = client.peer().clone();
+        tasks.spawn(async move {
+            for k in 0..RUNS_PER_CLIENT {
+                let n = (round * 1000 + c * 10 + k) as u64;
+                let language = if k % 2 == 0 { "python" } else { "javascript" };
+                let code = if language == "python" {
+                    format!("import os\nprint({n} * {n}, len(os.listdir('/workspace')))")
+                } else {
+                    format!("console.log(String({n}n * {n}n), 0)")
+                };
+                let args = json!({"language": language, "code": code});
+                let r = peer
+                    .call_tool(
+                        CallToolRequestParams::new("run_code")
+                            .with_arguments(args.as_object().unwrap().clone()),
+                    )
+                    .await
+                    .unwrap();
+                assert!(!is_error(&r), "client {c} run {k}: {}", text(&r));
+                let out = structured(&r)["stdout"].as_str().unwrap().trim().to_owned();
+                assert_eq!(out, format!("{} 0", n * n), "client {c} run {k}");
+                assert_eq!(structured(&r)["ephemeral"], true);
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dozen_clients_running_one_shot_code_get_their_own_answers_and_memory_stays_flat() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens.toml");
+    let mut tokens = Vec::new();
+    for t in 0..3 {
+        let out = std::process::Command::new(util::runbox_exe())
+            .args(["token", "add", &format!("tenant{t}"), "--file"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        tokens.push(stdout.split_whitespace().last().unwrap().to_owned());
+    }
+    let server = HttpServer::start(&["--tokens", file.to_str().unwrap(), "--pool", "2"]).await;
+    let pid = server.child.id().unwrap();
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let config = StreamableHttpClientTransportConfig::with_uri(server.url.clone())
+            .auth_header(tokens[c % tokens.len()].clone());
+        let revision = if c % 2 == 0 {
+            Revision::Stateless
+        } else {
+            Revision::Legacy
+        };
+        clients.push(
+            Recorder::default()
+                .serve_with_lifecycle(
+                    StreamableHttpClientTransport::from_config(config),
+                    lifecycle(revision),
+                )
+                .await
+                .unwrap(),
+        );
+    }
+
+    // Warm up: the allocator's arenas, the pool, the kernels' first starts.
+    for r in 0..2 {
+        round(&clients, r).await;
+    }
+    let before = rss_kib(pid);
+    for r in 2..8 {
+        round(&clients, r).await;
+    }
+    let after = rss_kib(pid);
+    eprintln!(
+        "server RSS: {before} KiB after warm-up, {after} KiB after {} more one-shot runs",
+        6 * CLIENTS * RUNS_PER_CLIENT
+    );
+    // Flat: a leak of even a few KiB per run would show over 216 runs; the margin is the
+    // allocator's own slack.
+    assert!(
+        after <= before + 8 * 1024,
+        "server memory grew from {before} KiB to {after} KiB"
+    );
+
+    // Nothing is left running: one-shot sandboxes are closed, only the pool remains.
+    let health: serde_json::Value = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("{}/healthz", server.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["sandboxes"], 0, "{health}");
+    for client in clients {
+        client.cancel().await.unwrap();
+    }
+    assert!(server.stop().await.success());
+}
