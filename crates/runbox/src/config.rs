@@ -691,6 +691,64 @@ mod tests {
     }
 
     #[test]
+    fn quotas_default_to_the_sandbox_cap_and_zero_is_refused() {
+        let c = resolve(&["--stdio", "--max-sandboxes", "20"]).unwrap();
+        assert_eq!(c.quotas.max_sandboxes, Some(20));
+        assert_eq!(c.quotas.max_concurrent_runs, Some(20));
+        assert_eq!(c.quotas.per_tenant, runbox_core::TenantQuota::default());
+        let c = resolve(&[
+            "--stdio",
+            "--max-sandboxes-per-tenant",
+            "3",
+            "--max-runs-per-tenant",
+            "2",
+            "--max-concurrent-runs",
+            "8",
+        ])
+        .unwrap();
+        assert_eq!(c.quotas.per_tenant.max_sandboxes, Some(3));
+        assert_eq!(c.quotas.per_tenant.max_concurrent_runs, Some(2));
+        assert_eq!(c.quotas.max_concurrent_runs, Some(8));
+        for zero in [
+            "--max-sandboxes-per-tenant",
+            "--max-runs-per-tenant",
+            "--max-concurrent-runs",
+            "--rate-limit",
+        ] {
+            let e = resolve(&["--stdio", zero, "0"]).unwrap_err().to_string();
+            assert!(e.contains("at least 1"), "{zero}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_audit_log_and_auth_come_from_the_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(
+            &path,
+            "http = \"0.0.0.0:9000\"\ntokens = \"/etc/runbox/tokens.toml\"\naudit_log = \
+             \"/var/log/runbox.jsonl\"\naudit_code = true\nrate_limit = 60\n",
+        )
+        .unwrap();
+        let c = resolve(&["--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(
+            c.auth.tokens.as_deref(),
+            Some(Path::new("/etc/runbox/tokens.toml"))
+        );
+        assert_eq!(
+            c.audit_log.as_deref(),
+            Some(Path::new("/var/log/runbox.jsonl"))
+        );
+        assert!(c.audit_code);
+        assert_eq!(c.rate_limit, Some(60));
+        std::fs::write(&path, "stdio = true\naudit_code = true\n").unwrap();
+        let e = resolve(&["--config", path.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("audit_code needs audit_log"), "{e}");
+    }
+
+    #[test]
     fn egress_hosts_are_checked_and_none_means_no_host() {
         let c = resolve(&["--stdio", "--allow-host", "example.org,*.example.net:8443"]).unwrap();
         assert_eq!(
