@@ -15,6 +15,8 @@ import base64
 import sys
 
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 
 def check(cond, what):
@@ -130,8 +132,13 @@ async def main():
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--url")
     g.add_argument("--stdio", nargs=argparse.REMAINDER)
+    p.add_argument("--token", help="a runbox token, sent as Authorization: Bearer TOKEN")
     a = p.parse_args()
-    server = a.url or StdioServerParameters(command=a.stdio[0], args=a.stdio[1:])
+    if a.url and a.token:
+        headers = {"Authorization": f"Bearer {a.token}"}
+        server = streamable_http_client(a.url, http_client=create_mcp_http_client(headers=headers))
+    else:
+        server = a.url or StdioServerParameters(command=a.stdio[0], args=a.stdio[1:])
     async with Client(server, mode=a.mode, read_timeout_seconds=120) as client:
         await core_flow(client, a.mode)
     where = a.url or "stdio"
