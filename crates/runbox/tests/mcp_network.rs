@@ -209,8 +209,8 @@ async fn the_hosts_loopback_is_never_reached_even_when_listed() {
     let port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
     let hosts = format!("127.0.0.1:{port},localhost:{port},metadata.test:{port}");
-    let (client, _) =
-        stdio_client(&["--pool", "0", "--allow-host", &hosts], Revision::Legacy).await;
+    let server = HttpServer::start(&["--pool", "0", "--allow-host", &hosts]).await;
+    let (client, _) = server.client(Revision::Legacy).await;
     let net = create(&client, json!({"network": "allowlist"}))
         .await
         .unwrap();
@@ -237,8 +237,29 @@ async fn the_hosts_loopback_is_never_reached_even_when_listed() {
         }
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
     }
+    // Each refusal is counted in the metrics, by reason.
+    let metrics = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // ([::ffff:127.0.0.1] is not on the list, the five others resolve to loopback.)
+    for line in [
+        "runbox_egress_decisions_total{decision=\"address_refused\"} 5",
+        "runbox_egress_decisions_total{decision=\"host_not_allowed\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} missing: {metrics}");
+    }
+    assert!(!metrics.contains("decision=\"allowed\""), "{metrics}");
     // No host: no sandbox gets a network.
     client.cancel().await.unwrap();
+    server.stop().await;
     let (client, _) =
         stdio_client(&["--pool", "0", "--allow-host", "none"], Revision::Legacy).await;
     let e = create(&client, json!({"network": "allowlist"}))
