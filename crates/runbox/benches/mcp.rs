@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, ProtocolVersion};
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
@@ -249,6 +250,44 @@ async fn main() {
         ));
         client.cancel().await.unwrap();
     }
+
+    // The same behind authentication: a bearer token checked on every request (the tokens
+    // file is stat'ed each time), with the audit log written for every call.
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let out = std::process::Command::new(EXE)
+        .args(["token", "add", "bench", "--file"])
+        .arg(&tokens)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let token = String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .to_owned();
+    let audit = dir.path().join("audit.jsonl");
+    let (mut authed, authed_url) = http_server(&[
+        "--pool",
+        "0",
+        "--tokens",
+        tokens.to_str().unwrap(),
+        "--audit-log",
+        audit.to_str().unwrap(),
+    ])
+    .await;
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(authed_url).auth_header(token),
+    );
+    let client = ().serve_with_lifecycle(transport, modern()).await.unwrap();
+    rows.push((
+        "warm run_code round trip, HTTP 2026-07-28, bearer token and audit log".into(),
+        stats(warm_round_trips(&client, n).await),
+        String::new(),
+    ));
+    client.cancel().await.unwrap();
+    let _ = authed.start_kill();
 
     // Throughput: 8 clients, each with its own sandbox, calling as fast as they can.
     let clients = 8;
