@@ -280,6 +280,17 @@ impl Cgroups {
         self.dir_of(Controller::Memory)
     }
 
+    /// Every directory sandbox groups are made in (one per v1 hierarchy, one on v2).
+    pub fn parent_dirs(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = Vec::new();
+        for (_, p) in &self.parents {
+            if !v.contains(p) {
+                v.push(p.clone());
+            }
+        }
+        v
+    }
+
     /// Creates the group `name` with `limits`.
     pub fn create(&self, name: &str, limits: CgroupLimits) -> io::Result<SandboxCgroup> {
         let mut group = SandboxCgroup {

@@ -1,5 +1,6 @@
 //! The host side of a sandbox: start one (stage one and its init, placed in a cgroup, under
-//! a leased uid), talk to its init, and end it leaving nothing behind.
+//! a leased uid), talk to its init, and end it leaving nothing behind. A host starting up
+//! first removes what crashed servers left behind (see [`crate::recovery`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -23,6 +24,7 @@ use crate::error::JailError;
 use crate::init::INIT_ARG;
 use crate::policy::{File, Identity, JailPolicy, JailSpec};
 use crate::proto::{self, ExitStatus, FromInit, ProtoError, Reply, Request, SpawnRequest, ToInit};
+use crate::recovery::{Owner, RECORDS, Recovered};
 use crate::report::LayerReport;
 use crate::uid::{DEFAULT_UID_BASE, DEFAULT_UID_COUNT, UidLease, UidPool};
 
@@ -35,7 +37,8 @@ pub struct JailHostConfig {
     /// The runbox binary to re-execute as the sandbox's init. `/proc/self/exe` keeps it the
     /// very binary that is running, even if the file on disk is replaced.
     pub init_exe: PathBuf,
-    /// Where runbox keeps its runtime state (uid leases, the root mount point).
+    /// Where runbox keeps its runtime state (uid leases, the root mount point, the records of
+    /// live servers for crash recovery).
     pub state_dir: PathBuf,
     /// Parent cgroup, relative to each hierarchy's root, instead of the server's own group
     /// (for a subtree delegated to a non-root user).
@@ -82,6 +85,8 @@ pub struct JailHost {
     cgroups: Result<Cgroups, CgroupUnavailable>,
     uids: Option<UidPool>,
     root_mountpoint: PathBuf,
+    owner: Arc<Owner>,
+    recovered: Recovered,
 }
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit, as Go's runtime does:
@@ -104,7 +109,10 @@ fn raise_open_file_limit() {
 }
 
 impl JailHost {
-    /// Prepares the state directory, the uid pool (as root) and the cgroup parent.
+    /// Prepares the state directory, the uid pool (as root) and the cgroup parent, registers
+    /// as the owner of the sandboxes it will start, and removes what servers that died
+    /// without closing their sandboxes left behind (logged; see [`JailHost::recovered`]).
+    /// Blocks while leftover processes die (at most a few seconds, usually nothing to do).
     pub fn new(config: JailHostConfig) -> Result<Self, JailError> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let state_err = |source| JailError::StateDir {
@@ -133,13 +141,29 @@ impl JailHost {
             None
         };
         let cgroups = Cgroups::detect(config.cgroup_parent.as_deref());
+        // Registered before looking at others, so a server starting meanwhile sees this one
+        // alive; and before the first sandbox, whose group carries the owner's token.
+        let records = config.state_dir.join(RECORDS);
+        let parents = cgroups
+            .as_ref()
+            .map(Cgroups::parent_dirs)
+            .unwrap_or_default();
+        let owner = Arc::new(Owner::register(&records, parents).map_err(state_err)?);
+        let recovered = crate::recovery::recover(&records, &owner);
         raise_open_file_limit();
         Ok(Self {
             config,
             cgroups,
             uids,
             root_mountpoint,
+            owner,
+            recovered,
         })
+    }
+
+    /// What this host found at start of dead servers' leftovers and removed.
+    pub fn recovered(&self) -> &Recovered {
+        &self.recovered
     }
 
     /// The cgroup setup, or why there is none.
@@ -176,7 +200,10 @@ impl JailHost {
         };
         spec.files.extend(identity_files(&identity));
         let cgroup = match &self.cgroups {
-            Ok(c) => Some(c.create(name, spec.resources).map_err(JailError::Cgroup)?),
+            Ok(c) => Some(
+                c.create(&self.owner.group_name(name), spec.resources)
+                    .map_err(JailError::Cgroup)?,
+            ),
             Err(_) => None,
         };
         let policy = JailPolicy {
@@ -184,7 +211,10 @@ impl JailHost {
             root_mountpoint: self.root_mountpoint.clone(),
             spec,
         };
-        let mut guard = StartGuard { cgroup };
+        let mut guard = StartGuard {
+            cgroup,
+            owner: Arc::clone(&self.owner),
+        };
         let (child, shared, report, init_pid, exported) =
             self.launch(&policy, guard.cgroup.as_ref()).await?;
         let (mut dirs, mut listeners) = (Vec::new(), Vec::new());
@@ -201,6 +231,7 @@ impl JailHost {
             reader,
             child: tokio::sync::Mutex::new(Some(child)),
             cgroup: guard.cgroup.take(),
+            owner: Arc::clone(&self.owner),
             _uid: lease,
             identity,
             report,
@@ -351,23 +382,27 @@ impl JailHost {
 /// Removes a half-made sandbox's cgroup if starting fails.
 struct StartGuard {
     cgroup: Option<SandboxCgroup>,
+    owner: Arc<Owner>,
 }
 
 impl Drop for StartGuard {
     fn drop(&mut self) {
         if let Some(cg) = self.cgroup.take() {
-            spawn_cleanup(cg);
+            spawn_cleanup(cg, Arc::clone(&self.owner));
         }
     }
 }
 
-fn spawn_cleanup(cg: SandboxCgroup) {
+/// Removes a group in the background. The owner's record lives until then, so a crash
+/// meanwhile leaves the group to the next start's recovery.
+fn spawn_cleanup(cg: SandboxCgroup, owner: Arc<Owner>) {
     cg.thaw_now();
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {
             if let Err(e) = cg.remove(Duration::from_secs(5)).await {
                 tracing::warn!("could not remove sandbox cgroup: {e}");
             }
+            drop(owner);
         });
     }
 }
@@ -548,6 +583,8 @@ pub struct Jail {
     reader: JoinHandle<()>,
     child: tokio::sync::Mutex<Option<tokio::process::Child>>,
     cgroup: Option<SandboxCgroup>,
+    /// Kept so the owner's record outlives the sandbox's group.
+    owner: Arc<Owner>,
     _uid: Option<UidLease>,
     identity: Identity,
     report: LayerReport,
@@ -731,7 +768,7 @@ impl Drop for Jail {
         // the init (parent-death signal) and the namespace with it; the cgroup goes once empty.
         let _ = shutdown(self.shared.fd.get_ref().as_raw_fd(), Shutdown::Both);
         if let Some(cg) = self.cgroup.take() {
-            spawn_cleanup(cg);
+            spawn_cleanup(cg, Arc::clone(&self.owner));
         }
     }
 }

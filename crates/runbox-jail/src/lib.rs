@@ -12,6 +12,10 @@
 //!   `no_new_privs`, Landlock and seccomp, then serves as PID 1.
 //! - **Policy** ([`JailSpec`]): plain data, decided by the backend; the mechanism here only
 //!   carries it out.
+//! - **Crash recovery** (`recovery`): each host registers as the owner of the sandboxes it
+//!   starts (a record locked with `flock` for its life); a host starting up removes what
+//!   owners that died left behind (cgroups, and the processes of paused sandboxes), never
+//!   what a live one owns ([`Recovered`]).
 //!
 //! All of runbox's `unsafe` code is in the private `sys` module of this crate, each block
 //! with the reason it is sound. This crate must never run sandboxed code outside a sandbox:
@@ -24,6 +28,7 @@ pub mod init;
 pub mod policy;
 pub mod probe;
 pub mod proto;
+mod recovery;
 mod report;
 mod sys;
 mod uid;
@@ -33,5 +38,6 @@ pub use error::JailError;
 pub use host::{Jail, JailHost, JailHostConfig, Spawned, USERNS_UID};
 pub use policy::{Bind, File, JailSpec, LandlockPolicy, Rlimits, Tmpfs};
 pub use proto::{ExitStatus, SpawnRequest};
+pub use recovery::Recovered;
 pub use report::LayerReport;
 pub use uid::{DEFAULT_UID_BASE, DEFAULT_UID_COUNT};

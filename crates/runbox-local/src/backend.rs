@@ -134,7 +134,12 @@ impl LocalBackend {
             Some(d) => Some(check_data_dir(d)?),
             None => None,
         };
-        let host = JailHost::new(config.jail.clone())
+        // Off the async threads: recovering from a crashed server may wait for its leftover
+        // processes to die.
+        let jail = config.jail.clone();
+        let host = tokio::task::spawn_blocking(move || JailHost::new(jail))
+            .await
+            .map_err(|e| Error::sandbox_caused_by("cannot prepare the local sandbox host", e))?
             .map_err(|e| Error::sandbox_caused_by("cannot prepare the local sandbox host", e))?;
         let runtime = Runtime::discover(&config.interpreters).await;
         let layout = Layout::plan(
