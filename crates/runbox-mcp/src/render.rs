@@ -12,9 +12,18 @@ use serde::Serialize;
 
 use crate::types::{ChangedFileOut, RunCodeOutput, RunCommandOutput};
 
-/// RFC 3339 in UTC with milliseconds.
+/// The latest time RFC 3339 can write: 9999-12-31T23:59:59.999Z.
+const LATEST: std::time::Duration = std::time::Duration::from_millis(253_402_300_799_999);
+
+/// RFC 3339 in UTC with milliseconds. Times it cannot write (a file's modification time is
+/// whatever sandboxed code set: before 1970, or after the year 9999) are clamped to the
+/// nearest it can, rather than failing the answer.
 pub(crate) fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+    let since = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .min(LATEST);
+    humantime::format_rfc3339_millis(SystemTime::UNIX_EPOCH + since).to_string()
 }
 
 fn with_structured<T: Serialize>(mut result: CallToolResult, structured: &T) -> CallToolResult {
@@ -210,6 +219,25 @@ pub(crate) fn run_command(out: &RunCommandOutput) -> CallToolResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_out_of_rfc3339s_range_are_clamped_not_a_panic() {
+        use std::time::Duration;
+        let epoch = SystemTime::UNIX_EPOCH;
+        assert_eq!(
+            rfc3339(epoch + Duration::from_secs(86_400)),
+            "1970-01-02T00:00:00.000Z"
+        );
+        // touch -d @253402300800 (year 10000) and touch -d 1960-01-01 in a sandbox.
+        assert_eq!(
+            rfc3339(epoch + Duration::from_secs(253_402_300_800)),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            rfc3339(epoch - Duration::from_secs(315_619_200)),
+            "1970-01-01T00:00:00.000Z"
+        );
+    }
     use crate::types::{ErrorOut, ResultOut};
 
     fn output() -> RunCodeOutput {

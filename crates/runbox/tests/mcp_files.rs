@@ -713,3 +713,39 @@ async fn without_a_data_dir_there_are_no_data_resources() {
     assert!(m.contains("outside"), "{m}");
     client.cancel().await.unwrap();
 }
+
+/// Sandboxed code chooses its files' times: ones RFC 3339 cannot write (before 1970, after
+/// the year 9999) are listed clamped, and never take the server down (found by fuzzing).
+#[tokio::test]
+async fn file_times_sandboxed_code_chose_are_listed_without_failing() {
+    let (client, _) = stdio_client(&["--pool", "0"], Revision::Stateless).await;
+    let id = create(&client).await;
+    let r = call(
+        &client,
+        "run_command",
+        json!({"sandbox_id": id, "command": "touch -d @253402300800 /workspace/future && touch -d 1960-01-01 /workspace/past"}),
+    )
+    .await;
+    assert_eq!(structured(&r)["exit_code"], 0, "{}", text(&r));
+    let r = call(&client, "list_files", json!({"sandbox_id": id})).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let entries = structured(&r)["entries"].as_array().unwrap().clone();
+    let modified = |name: &str| {
+        entries
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {entries:?}"))["modified"]
+            .clone()
+    };
+    assert_eq!(modified("future"), "9999-12-31T23:59:59.999Z");
+    assert_eq!(modified("past"), "1970-01-01T00:00:00.000Z");
+    // The server is still there.
+    let r = call(
+        &client,
+        "run_code",
+        json!({"sandbox_id": id, "code": "6 * 7"}),
+    )
+    .await;
+    assert!(text(&r).contains("42"), "{}", text(&r));
+    client.cancel().await.unwrap();
+}
