@@ -33,6 +33,8 @@ pub(crate) enum Command {
     Doctor(DoctorArgs),
     /// Manage the bearer tokens of `serve --http ADDR --tokens PATH`: add, list, revoke.
     Token(crate::token::TokenArgs),
+    /// Chat with a model (any OpenAI-compatible API) that uses this server's tools.
+    Chat(Box<runbox_chat::ChatArgs>),
 }
 
 /// Settings of the local sandbox engine, shared by every command that starts sandboxes.

@@ -1,6 +1,7 @@
 //! The `runbox` binary: `serve` (the MCP server), `run` (one piece of code in a fresh
 //! sandbox), `doctor` (which isolation layers this machine offers), `token` (the tokens
-//! file of an authenticated server), and, hidden, the sandbox
+//! file of an authenticated server), `chat` (a terminal agent using a model and these
+//! tools), and, hidden, the sandbox
 //! init that the local backend re-executes this binary as.
 
 mod auth;
@@ -40,6 +41,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Doctor(args) => doctor::main(args).await,
             cli::Command::Serve(args) => serve::main(*args).await,
             cli::Command::Token(args) => token::main(args),
+            cli::Command::Chat(args) => runbox_chat::run(*args).await,
         }
     });
     std::process::ExitCode::from(code)
