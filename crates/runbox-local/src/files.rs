@@ -83,6 +83,8 @@ fn io_error(path: &str, what: &str, e: Errno) -> Error {
             Error::InvalidRequest(format!("{path}: a part of the path is not a directory"))
         }
         Errno::ISDIR => Error::InvalidRequest(format!("{path} is a directory")),
+        // A FIFO with no reader, a socket, a device that is not there.
+        Errno::NXIO => Error::InvalidRequest(format!("{path} is not a regular file")),
         Errno::ACCESS | Errno::PERM | Errno::ROFS => {
             Error::InvalidRequest(format!("{path}: permission denied"))
         }
@@ -352,14 +354,7 @@ impl FileAreas {
         if area.read_only {
             return Err(Error::InvalidRequest(format!("{shown} is read-only")));
         }
-        let rel = Path::new(&rel);
-        let parts: Vec<&std::ffi::OsStr> = rel
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(p) => Some(p),
-                _ => None,
-            })
-            .collect();
+        let parts = names(Path::new(&rel), area, &shown, "create")?;
         self.open_dirs(area, &parts, &shown).map(drop)
     }
 
@@ -383,20 +378,7 @@ impl FileAreas {
                 area.mount
             )));
         }
-        let rel = Path::new(&rel);
-        let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
-        for c in rel.components() {
-            match c {
-                Component::Normal(p) => parts.push(p),
-                Component::CurDir => {}
-                _ => {
-                    return Err(Error::InvalidRequest(format!(
-                        "{shown}: '..' is not allowed in a path to write; give the path from {}",
-                        area.mount
-                    )));
-                }
-            }
-        }
+        let mut parts = names(Path::new(&rel), area, &shown, "write")?;
         let Some(name) = parts.pop() else {
             return Err(Error::InvalidRequest(format!(
                 "{shown} is a directory; give a file name"
@@ -432,6 +414,52 @@ impl FileAreas {
         }
         let size = fstat(&fd).map_err(|e| io_error(&shown, "stat", e))?.st_size as u64;
         Ok(FileWritten { path: shown, size })
+    }
+}
+
+/// The names along `rel` (a path in `area`) for a call that creates what is missing (`what`
+/// it does): a `..` is refused, not dropped, which would create another path than the one
+/// named.
+fn names<'a>(
+    rel: &'a Path,
+    area: &Area,
+    shown: &str,
+    what: &str,
+) -> Result<Vec<&'a std::ffi::OsStr>, Error> {
+    let mut parts = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(p) => parts.push(p),
+            Component::CurDir => {}
+            _ => {
+                return Err(Error::InvalidRequest(format!(
+                    "{shown}: '..' is not allowed in a path to {what}; give the path from {}",
+                    area.mount
+                )));
+            }
+        }
+    }
+    Ok(parts)
+}
+
+#[cfg(any(test, feature = "fuzzing"))]
+impl FileAreas {
+    /// Areas over plain host directories (`(mount, dir, read_only)`), with no sandbox: for
+    /// tests and the fuzz targets.
+    pub(crate) fn from_dirs(dirs: &[(&str, &Path, bool)]) -> Result<Self, Error> {
+        let mut areas = Vec::new();
+        for &(mount, dir, read_only) in dirs {
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            let fd = rustix::fs::open(dir, flags, Mode::empty()).map_err(|e| {
+                Error::sandbox_caused_by(format!("cannot open {}", dir.display()), e)
+            })?;
+            areas.push(Area {
+                mount: mount.to_owned(),
+                fd,
+                read_only,
+            });
+        }
+        Ok(Self { areas, owner: None })
     }
 }
 
@@ -498,5 +526,196 @@ impl Walk {
             }
         }
         Ok(())
+    }
+}
+
+/// The file tools over plain host directories, for the fuzz targets in `fuzz/`; not an API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::path::Path;
+
+    use runbox_core::{Error, FileContent, FileWritten, Listing};
+
+    /// A sandbox's file areas, each a host directory.
+    #[derive(Debug)]
+    pub struct FileAreas(super::FileAreas);
+
+    impl FileAreas {
+        /// Areas `(mount, host directory, read_only)`, e.g. `("/workspace", dir, false)`.
+        pub fn for_fuzzing(areas: &[(&str, &Path, bool)]) -> Result<Self, Error> {
+            super::FileAreas::from_dirs(areas).map(Self)
+        }
+
+        /// As `list_files`.
+        pub fn list(&self, path: &str, recursive: bool) -> Result<Listing, Error> {
+            self.0.list(path, recursive)
+        }
+
+        /// As `read_file`.
+        pub fn read(
+            &self,
+            path: &str,
+            offset: u64,
+            length: Option<u64>,
+        ) -> Result<FileContent, Error> {
+            self.0.read(path, offset, length)
+        }
+
+        /// As `write_file`.
+        pub fn write(&self, path: &str, data: &[u8], append: bool) -> Result<FileWritten, Error> {
+            self.0.write(path, data, append)
+        }
+
+        /// Creates a directory and its parents.
+        pub fn create_dir_all(&self, path: &str) -> Result<(), Error> {
+            self.0.create_dir_all(path)
+        }
+
+        /// What a run's changes are found from.
+        pub fn snapshot(&self) -> Result<Listing, Error> {
+            self.0.snapshot()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    /// A sandbox's areas as host directories beside an `outside` one with a secret in it.
+    struct Tree(PathBuf);
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tree(name: &str) -> (Tree, FileAreas) {
+        let root =
+            std::env::temp_dir().join(format!("runbox-files-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for dir in ["workspace/sub", "tmp", "data", "outside"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        std::fs::write(root.join("outside/secret"), "secret").unwrap();
+        std::fs::write(root.join("data/d.csv"), "a,b\n").unwrap();
+        let ws = root.join("workspace");
+        symlink(root.join("outside/secret"), ws.join("abs")).unwrap();
+        symlink("../../outside", ws.join("up")).unwrap();
+        symlink("../data", ws.join("data")).unwrap();
+        symlink("sub", ws.join("inside")).unwrap();
+        symlink("loop", ws.join("loop")).unwrap();
+        symlink("/proc/self/root", ws.join("proc")).unwrap();
+        let areas = FileAreas::from_dirs(&[
+            ("/workspace", &ws, false),
+            ("/tmp", &root.join("tmp"), false),
+            (DATA_DIR, &root.join("data"), true),
+        ])
+        .unwrap();
+        (Tree(root), areas)
+    }
+
+    #[test]
+    fn no_path_reaches_outside_the_areas() {
+        let (tree, files) = tree("escape");
+        for path in [
+            "abs",
+            "/workspace/abs",
+            "up/secret",
+            "up/../up/secret",
+            "/workspace/../outside/secret",
+            "/tmp/../workspace/abs",
+            "/tmp/../../outside/secret",
+            "data/d.csv",
+            "proc/etc/hostname",
+            "loop",
+            "/etc/hostname",
+            "/",
+            "/workspacex/a",
+            "a\0b",
+        ] {
+            assert!(files.read(path, 0, None).is_err(), "read {path}");
+            assert!(files.write(path, b"x", false).is_err(), "write {path}");
+            assert!(
+                files.write(&format!("{path}/new"), b"x", false).is_err(),
+                "write {path}/new"
+            );
+            assert!(
+                files.create_dir_all(&format!("{path}/new")).is_err(),
+                "mkdir {path}/new"
+            );
+        }
+        assert!(files.list("up/", true).unwrap().entries[0].kind == FileKind::Symlink);
+        assert!(files.list("/workspace/up/.", true).unwrap().entries.len() == 1);
+        assert!(files.list("/workspace/up/../up", true).is_err());
+        let outside = std::fs::read_dir(tree.0.join("outside")).unwrap().count();
+        assert_eq!(outside, 1, "nothing was created outside");
+        assert_eq!(
+            std::fs::read(tree.0.join("outside/secret")).unwrap(),
+            b"secret"
+        );
+    }
+
+    #[test]
+    fn a_dotdot_in_a_directory_to_make_is_refused_not_dropped() {
+        // It used to be dropped: `/tmp/../workspace/x` made /tmp/workspace/x, and `..` "made"
+        // the area's parent (found by fuzz/ path_resolution).
+        let (tree, files) = tree("dotdot");
+        for path in [
+            "..",
+            "/workspace/..",
+            "new/../deep",
+            "/tmp/../workspace/x",
+            "/workspace/sub/../../outside",
+        ] {
+            let e = files.create_dir_all(path).unwrap_err();
+            assert!(matches!(e, Error::InvalidRequest(_)), "{path}: {e}");
+        }
+        assert!(!tree.0.join("workspace/new").exists());
+        assert!(!tree.0.join("tmp/workspace").exists());
+        files.create_dir_all("./new/./deep/").unwrap();
+        assert!(tree.0.join("workspace/new/deep").is_dir());
+    }
+
+    #[test]
+    fn a_fifo_is_refused_as_not_a_regular_file() {
+        // Opening it to write (with no reader) failed as a sandbox failure (ENXIO).
+        let (tree, files) = tree("fifo");
+        let fifo = tree.0.join("workspace/fifo");
+        let mode = Mode::from_raw_mode(0o644);
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, mode, 0).unwrap();
+        let wrote = files.write("fifo", b"x", false);
+        assert!(matches!(wrote, Err(Error::InvalidRequest(_))), "{wrote:?}");
+        let read = files.read("fifo", 0, None);
+        assert!(matches!(read, Err(Error::InvalidRequest(_))), "{read:?}");
+    }
+
+    #[test]
+    fn data_is_read_only_and_the_rest_works_through_inner_links() {
+        let (tree, files) = tree("inner");
+        assert_eq!(files.read("/data/d.csv", 0, None).unwrap().data, b"a,b\n");
+        assert!(files.write("/data/d.csv", b"x", false).is_err());
+        assert!(files.write("/data/new/x", b"x", false).is_err());
+        assert!(files.create_dir_all("/data/new").is_err());
+        assert_eq!(std::fs::read(tree.0.join("data/d.csv")).unwrap(), b"a,b\n");
+        let written = files.write("inside/deep/f.txt", b"hi", false).unwrap();
+        assert_eq!(written.path, "/workspace/inside/deep/f.txt");
+        assert_eq!(
+            std::fs::read(tree.0.join("workspace/sub/deep/f.txt")).unwrap(),
+            b"hi"
+        );
+        assert_eq!(
+            files
+                .read("/workspace/sub/deep/f.txt", 1, None)
+                .unwrap()
+                .data,
+            b"i"
+        );
+        files.create_dir_all("/tmp/a/b").unwrap();
+        assert!(tree.0.join("tmp/a/b").is_dir());
     }
 }

@@ -23,4 +23,6 @@ mod sandbox;
 mod transpile;
 
 pub use backend::{Diagnostics, EgressConfig, LocalBackend, LocalConfig};
+#[cfg(feature = "fuzzing")]
+pub use files::fuzzing;
 pub use runtime::{Interpreter, InterpreterPaths, Runtime};

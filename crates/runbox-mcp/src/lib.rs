@@ -13,6 +13,9 @@ mod audit;
 mod auth;
 mod caller;
 mod files;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod lifecycle;
 mod metrics;
 mod packages;
