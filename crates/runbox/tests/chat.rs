@@ -340,16 +340,7 @@ async fn stdio_chat_creates_a_sandbox_keeps_state_answers_and_closes_it() {
 async fn http_chat_with_a_token_leaves_no_sandbox_behind() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.toml");
-    let out = std::process::Command::new(util::runbox_exe())
-        .args(["token", "add", "chat", "--file", tokens.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let token = text(&out.stdout)
-        .split_whitespace()
-        .last()
-        .unwrap()
-        .to_owned();
+    let token = util::mcp::add_token(&tokens, "chat", &[]);
     let server =
         util::mcp::HttpServer::start(&["--pool", "0", "--tokens", tokens.to_str().unwrap()]).await;
 
@@ -392,17 +383,7 @@ async fn http_chat_with_a_token_leaves_no_sandbox_behind() {
     )
     .await;
     check_forty_two(&stand_in, &out);
-    let health: Value = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .get(format!("{}/healthz", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = server.health().await;
     assert_eq!(health["sandboxes"], 0, "{health}");
     assert!(server.stop().await.success());
 }

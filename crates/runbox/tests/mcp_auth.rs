@@ -6,7 +6,6 @@
 
 mod util;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -33,16 +32,6 @@ fn token_cmd(args: &[&str]) -> String {
     stdout
 }
 
-/// Adds a token; returns the token, the last word of the output.
-fn add_token(file: &Path, name: &str, extra: &[&str]) -> String {
-    let mut args = vec!["add", name, "--file", file.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    let out = token_cmd(&args);
-    let token = out.split_whitespace().last().unwrap().to_owned();
-    assert!(token.starts_with("rbx_"), "{out}");
-    token
-}
-
 /// An MCP client that sends `token` as its bearer token.
 async fn client_with(server: &HttpServer, token: &str, revision: Revision) -> Client {
     let config =
@@ -52,10 +41,6 @@ async fn client_with(server: &HttpServer, token: &str, revision: Revision) -> Cl
         .serve_with_lifecycle(transport, lifecycle(revision))
         .await
         .unwrap()
-}
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
 /// A raw JSON-RPC POST to /mcp with an optional `Authorization` value.
@@ -76,16 +61,6 @@ fn header(r: &reqwest::Response, name: &str) -> String {
         .get(name)
         .map(|v| v.to_str().unwrap().to_owned())
         .unwrap_or_default()
-}
-
-async fn metrics(server: &HttpServer) -> String {
-    let r = http()
-        .get(format!("{}/metrics", server.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    r.text().await.unwrap()
 }
 
 /// The value of one series in a metrics text, 0 when absent.
@@ -203,12 +178,7 @@ async fn tokens_tenants_quotas_revocation_audit_and_metrics() {
         401
     );
     // Health and metrics need no token.
-    let health = http()
-        .get(format!("{}/healthz", server.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(health.status(), 200);
+    assert_eq!(server.get("/healthz").await.status(), 200);
 
     // Alice's sandbox, with state and a file.
     let a = client_with(&server, &alice, Revision::Stateless).await;
@@ -325,7 +295,7 @@ async fn tokens_tenants_quotas_revocation_audit_and_metrics() {
     assert_eq!(refused, 1);
 
     // The metrics saw all of it.
-    let m = metrics(&server).await;
+    let m = server.metrics().await;
     assert!(
         series(
             &m,
@@ -406,7 +376,7 @@ async fn a_tenant_past_its_rate_gets_429_with_retry_after_and_others_do_not() {
     // A wrong token is refused before any rate is counted.
     let r = post(&server, Some("Bearer rbx_nope")).await;
     assert_eq!(r.status(), 401);
-    let m = metrics(&server).await;
+    let m = server.metrics().await;
     assert_eq!(
         series(
             &m,
@@ -501,14 +471,9 @@ async fn oauth_access_tokens_are_checked_against_the_issuers_keys() {
     let claims = |sub: &str, aud: &str, exp: u64| json!({"iss": issuer, "aud": aud, "sub": sub, "exp": exp, "iat": now()});
 
     // The protected-resource metadata, and a challenge that points to it.
-    let prm: Value = http()
-        .get(format!(
-            "{}/.well-known/oauth-protected-resource/mcp",
-            server.base
-        ))
-        .send()
+    let prm: Value = server
+        .get("/.well-known/oauth-protected-resource/mcp")
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();

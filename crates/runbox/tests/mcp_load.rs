@@ -65,17 +65,9 @@ async fn round(clients: &[Client], round: usize) {
 async fn a_dozen_clients_running_one_shot_code_get_their_own_answers_and_memory_stays_flat() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tokens.toml");
-    let mut tokens = Vec::new();
-    for t in 0..3 {
-        let out = std::process::Command::new(util::runbox_exe())
-            .args(["token", "add", &format!("tenant{t}"), "--file"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        tokens.push(stdout.split_whitespace().last().unwrap().to_owned());
-    }
+    let tokens: Vec<String> = (0..3)
+        .map(|t| add_token(&file, &format!("tenant{t}"), &[]))
+        .collect();
     let server = HttpServer::start(&["--tokens", file.to_str().unwrap(), "--pool", "2"]).await;
     let pid = server.child.id().unwrap();
     let mut clients = Vec::new();
@@ -119,17 +111,7 @@ async fn a_dozen_clients_running_one_shot_code_get_their_own_answers_and_memory_
     );
 
     // Nothing is left running: one-shot sandboxes are closed, only the pool remains.
-    let health: serde_json::Value = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .get(format!("{}/healthz", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = server.health().await;
     assert_eq!(health["sandboxes"], 0, "{health}");
     for client in clients {
         client.cancel().await.unwrap();

@@ -238,17 +238,7 @@ async fn the_hosts_loopback_is_never_reached_even_when_listed() {
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
     }
     // Each refusal is counted in the metrics, by reason.
-    let metrics = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .get(format!("{}/metrics", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     // ([::ffff:127.0.0.1] is not on the list, the five others resolve to loopback.)
     for line in [
         "runbox_egress_decisions_total{decision=\"address_refused\"} 5",

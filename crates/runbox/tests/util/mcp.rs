@@ -136,6 +136,53 @@ impl HttpServer {
     }
 }
 
+impl HttpServer {
+    /// `GET` of a path beside `/mcp` (`/healthz`, `/metrics`, ...), with no token.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        http()
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `/healthz`, as JSON.
+    pub async fn health(&self) -> Value {
+        self.get("/healthz").await.json().await.unwrap()
+    }
+
+    /// `/metrics`, as text.
+    pub async fn metrics(&self) -> String {
+        let r = self.get("/metrics").await;
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap()
+    }
+}
+
+/// An HTTP client for the server under test: loopback, never through the host's proxy.
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// `runbox token add NAME --file FILE EXTRA...`: the new token, the last word of its output.
+pub fn add_token(file: &std::path::Path, name: &str, extra: &[&str]) -> String {
+    let out = std::process::Command::new(runbox_exe())
+        .args(["token", "add", name, "--file"])
+        .arg(file)
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "runbox token add {name}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = stdout.split_whitespace().last().unwrap().to_owned();
+    assert!(token.starts_with("rbx_"), "{stdout}");
+    token
+}
+
 pub async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
     let params = CallToolRequestParams::new(tool.to_owned())
         .with_arguments(args.as_object().unwrap().clone());
