@@ -12,19 +12,15 @@ mod util;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio::io::AsyncBufReadExt;
 use util::mcp::{Client, HttpServer, Revision, call, is_error, serve_command, structured, text};
 use util::*;
 
-/// A `runbox serve --http` whose log is kept.
+/// A `runbox serve --http` with a state directory of its own.
 struct Server {
     http: HttpServer,
-    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -32,38 +28,12 @@ impl Server {
         let state = state.to_str().unwrap();
         let mut all = vec!["--http", "127.0.0.1:0", "--state-dir", state];
         all.extend_from_slice(args);
-        let mut child = serve_command(&all)
+        let mut command = serve_command(&all);
+        command
             .env("RUNBOX_LOG", "warn,runbox_jail=info")
-            .env("NO_COLOR", "1")
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = loop {
-            let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-                .await
-                .expect("server did not start")
-                .unwrap()
-                .expect("server exited");
-            eprintln!("server {:?}: {line}", child.id());
-            log.lock().unwrap().push(line.clone());
-            if let Some(rest) = line.strip_prefix("runbox: serving MCP on ") {
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-        };
-        let (l, id) = (Arc::clone(&log), child.id());
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                eprintln!("server {id:?}: {line}");
-                l.lock().unwrap().push(line);
-            }
-        });
-        let base = url.trim_end_matches("/mcp").to_owned();
+            .env("NO_COLOR", "1");
         Self {
-            http: HttpServer { child, url, base },
-            log,
+            http: HttpServer::spawn(command).await,
         }
     }
 
@@ -72,7 +42,7 @@ impl Server {
     }
 
     fn log(&self) -> String {
-        self.log.lock().unwrap().join("\n")
+        self.http.log()
     }
 
     async fn client(&self) -> Client {

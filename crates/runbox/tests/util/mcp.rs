@@ -78,22 +78,30 @@ pub async fn stdio_client(args: &[&str], revision: Revision) -> (Client, Recorde
     (client, recorder)
 }
 
-/// A running `runbox serve --http` on a free loopback port.
+/// A running `runbox serve --http` on a free loopback port, its log kept (and echoed).
 pub struct HttpServer {
     pub child: tokio::process::Child,
     pub url: String,
     pub base: String,
+    pub log: Arc<Mutex<Vec<String>>>,
 }
 
 impl HttpServer {
     pub async fn start(args: &[&str]) -> Self {
         let mut all = vec!["--http", "127.0.0.1:0"];
         all.extend_from_slice(args);
-        let mut child = serve_command(&all)
+        Self::spawn(serve_command(&all)).await
+    }
+
+    /// Starts `command`, a `runbox serve --http 127.0.0.1:0 ...`, and waits until it serves.
+    pub async fn spawn(mut command: tokio::process::Command) -> Self {
+        let mut child = command
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
+        let id = child.id();
+        let log = Arc::new(Mutex::new(Vec::new()));
         let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
         let url = loop {
             let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
@@ -101,18 +109,31 @@ impl HttpServer {
                 .expect("server did not start")
                 .unwrap()
                 .expect("server exited");
+            eprintln!("server {id:?}: {line}");
+            log.lock().unwrap().push(line.clone());
             if let Some(rest) = line.strip_prefix("runbox: serving MCP on ") {
                 break rest.split_whitespace().next().unwrap().to_owned();
             }
-            eprintln!("server: {line}");
         };
+        let kept = Arc::clone(&log);
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
-                eprintln!("server: {line}");
+                eprintln!("server {id:?}: {line}");
+                kept.lock().unwrap().push(line);
             }
         });
         let base = url.trim_end_matches("/mcp").to_owned();
-        Self { child, url, base }
+        Self {
+            child,
+            url,
+            base,
+            log,
+        }
+    }
+
+    /// Everything the server wrote on stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
     }
 
     pub async fn client(&self, revision: Revision) -> (Client, Recorder) {
