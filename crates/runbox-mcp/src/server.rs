@@ -722,7 +722,7 @@ impl RunboxServer {
         &self,
         caller: &Caller,
         tool: &str,
-        arguments: Option<&rmcp::model::JsonObject>,
+        audited: Audited,
         result: &Result<CallToolResponse, ErrorData>,
         elapsed: Duration,
     ) {
@@ -734,11 +734,6 @@ impl RunboxServer {
         self.metrics().tool_call(tool, outcome);
         let Some(audit) = &self.state.settings.audit else {
             return;
-        };
-        let arg = |name: &str| {
-            arguments
-                .and_then(|a| a.get(name))
-                .and_then(serde_json::Value::as_str)
         };
         // A new sandbox's id is in the answer.
         let created = match result {
@@ -753,14 +748,36 @@ impl RunboxServer {
             time: audit::now(),
             tenant: &caller.tenant,
             tool,
-            sandbox_id: arg("sandbox_id").or(created),
+            sandbox_id: audited.sandbox_id.as_deref().or(created),
             outcome,
             duration_ms: audit::millis(elapsed),
+            code: audited.code.as_deref(),
+        });
+    }
+}
+
+/// What the audit log keeps of a call's arguments, taken before the tool consumes them
+/// (only these strings: arguments can be megabytes of file content).
+#[derive(Default)]
+struct Audited {
+    sandbox_id: Option<String>,
+    code: Option<String>,
+}
+
+impl Audited {
+    fn of(audit: Option<&AuditLog>, arguments: Option<&rmcp::model::JsonObject>) -> Self {
+        let (Some(audit), Some(args)) = (audit, arguments) else {
+            return Self::default();
+        };
+        let arg = |name: &str| args.get(name).and_then(serde_json::Value::as_str);
+        Self {
+            sandbox_id: arg("sandbox_id").map(str::to_owned),
             code: audit
                 .include_code()
                 .then(|| arg("code").or_else(|| arg("command")))
-                .flatten(),
-        });
+                .flatten()
+                .map(str::to_owned),
+        }
     }
 }
 
@@ -777,16 +794,14 @@ impl ServerHandler for RunboxServer {
         let caller = caller_of(&context, self.default_tenant());
         context.extensions.insert(caller.clone());
         let started = Instant::now();
-        let (name, arguments) = (request.name.clone(), request.arguments.clone());
+        let name = request.name.clone();
+        let audited = Audited::of(
+            self.state.settings.audit.as_deref(),
+            request.arguments.as_ref(),
+        );
         let tcc = ToolCallContext::new(self, request, context);
         let result = self.tool_router.call(tcc).await;
-        self.record_call(
-            &caller,
-            &name,
-            arguments.as_ref(),
-            &result,
-            started.elapsed(),
-        );
+        self.record_call(&caller, &name, audited, &result, started.elapsed());
         result
     }
 
