@@ -10,37 +10,11 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rmcp::model::ReadResourceRequestParams;
-use rmcp::service::ClientServiceExt;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 use util::mcp::*;
 
-/// `runbox token ARGS`: its stdout, after checking it succeeded.
-fn token_cmd(args: &[&str]) -> String {
-    let out = std::process::Command::new(util::runbox_exe())
-        .arg("token")
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "runbox token {args:?}: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-/// An MCP client that sends `token` as its bearer token.
 async fn client_with(server: &HttpServer, token: &str, revision: Revision) -> Client {
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(server.url.clone()).auth_header(token);
-    let transport = StreamableHttpClientTransport::from_config(config);
-    Recorder::default()
-        .serve_with_lifecycle(transport, lifecycle(revision))
-        .await
-        .unwrap()
+    client_with_token(&server.url, token, revision).await
 }
 
 /// A raw JSON-RPC POST to /mcp with an optional `Authorization` value.

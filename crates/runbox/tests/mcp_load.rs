@@ -8,9 +8,6 @@
 mod util;
 
 use rmcp::model::CallToolRequestParams;
-use rmcp::service::ClientServiceExt;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
 use util::mcp::*;
 
@@ -72,22 +69,12 @@ async fn a_dozen_clients_running_one_shot_code_get_their_own_answers_and_memory_
     let pid = server.child.id().unwrap();
     let mut clients = Vec::new();
     for c in 0..CLIENTS {
-        let config = StreamableHttpClientTransportConfig::with_uri(server.url.clone())
-            .auth_header(tokens[c % tokens.len()].clone());
         let revision = if c % 2 == 0 {
             Revision::Stateless
         } else {
             Revision::Legacy
         };
-        clients.push(
-            Recorder::default()
-                .serve_with_lifecycle(
-                    StreamableHttpClientTransport::from_config(config),
-                    lifecycle(revision),
-                )
-                .await
-                .unwrap(),
-        );
+        clients.push(client_with_token(&server.url, &tokens[c % tokens.len()], revision).await);
     }
 
     // Warm up: the allocator's arenas, the pool, the kernels' first starts.

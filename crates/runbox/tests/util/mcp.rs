@@ -185,23 +185,46 @@ pub fn http() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
-/// `runbox token add NAME --file FILE EXTRA...`: the new token, the last word of its output.
-pub fn add_token(file: &std::path::Path, name: &str, extra: &[&str]) -> String {
+/// `runbox token ARGS`: its stdout, after checking it succeeded.
+pub fn token_cmd(args: &[&str]) -> String {
     let out = std::process::Command::new(runbox_exe())
-        .args(["token", "add", name, "--file"])
-        .arg(file)
-        .args(extra)
+        .arg("token")
+        .args(args)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "runbox token add {name}: {stdout}{}",
+        "runbox token {args:?}: {stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+/// `runbox token add NAME --file FILE EXTRA...`: the new token, the last word of its output.
+pub fn add_token(file: &std::path::Path, name: &str, extra: &[&str]) -> String {
+    let mut args = vec!["add", name, "--file", file.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let stdout = token_cmd(&args);
     let token = stdout.split_whitespace().last().unwrap().to_owned();
     assert!(token.starts_with("rbx_"), "{stdout}");
     token
+}
+
+/// An MCP client over HTTP that sends `token` as its bearer token.
+pub async fn client_with_token(url: &str, token: &str, revision: Revision) -> Client {
+    let config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            url.to_owned(),
+        )
+        .auth_header(token);
+    Recorder::default()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(config),
+            lifecycle(revision),
+        )
+        .await
+        .unwrap()
 }
 
 pub async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
