@@ -199,6 +199,21 @@ pub(crate) struct RateLimiter {
 struct Bucket {
     tokens: f64,
     at: Instant,
+    /// The tenant's rate when last seen: what refills it.
+    per_minute: u32,
+}
+
+impl Bucket {
+    fn capacity(per_minute: u32) -> f64 {
+        f64::from(per_minute.max(1))
+    }
+
+    /// Its tokens at `now`, refilled at its own rate since it was last used.
+    fn level(&self, now: Instant) -> f64 {
+        let capacity = Self::capacity(self.per_minute);
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * capacity / 60.0;
+        (self.tokens + refill).min(capacity)
+    }
 }
 
 /// Buckets kept before full ones (tenants quiet for a while) are dropped.
@@ -220,21 +235,21 @@ impl RateLimiter {
 
     /// Takes one request from `tenant`'s bucket, or says how long until there is one.
     fn take(&self, tenant: &str, per_minute: u32, now: Instant) -> Result<(), Duration> {
-        let capacity = f64::from(per_minute.max(1));
+        let capacity = Bucket::capacity(per_minute);
         let per_second = capacity / 60.0;
         let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
         if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(tenant) {
-            buckets.retain(|_, b| {
-                b.tokens + now.saturating_duration_since(b.at).as_secs_f64() * per_second < capacity
-            });
+            // A full bucket is what a new one would be: forgetting it changes nothing.
+            buckets.retain(|_, b| b.level(now) < Bucket::capacity(b.per_minute));
         }
         let bucket = buckets.entry(tenant.to_owned()).or_insert(Bucket {
             tokens: capacity,
             at: now,
+            per_minute,
         });
-        let refill = now.saturating_duration_since(bucket.at).as_secs_f64() * per_second;
-        bucket.tokens = (bucket.tokens + refill).min(capacity);
+        bucket.tokens = bucket.level(now).min(capacity);
         bucket.at = now;
+        bucket.per_minute = per_minute;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
             Ok(())
