@@ -155,6 +155,9 @@ pub struct ExecContext {
     pub output: Option<OutputSink>,
     /// Cancelling this interrupts the run as a timeout would.
     pub cancel: CancellationToken,
+    /// The caller's own provider key, for a sandbox made for this run alone (see
+    /// [`crate::SandboxSpec::credential`]).
+    pub credential: Option<crate::Credential>,
 }
 
 impl fmt::Debug for ExecContext {
@@ -162,6 +165,7 @@ impl fmt::Debug for ExecContext {
         f.debug_struct("ExecContext")
             .field("output", &self.output.is_some())
             .field("cancel", &self.cancel.is_cancelled())
+            .field("credential", &self.credential)
             .finish()
     }
 }
@@ -171,7 +175,7 @@ impl ExecContext {
     pub fn streaming(sink: OutputSink) -> Self {
         Self {
             output: Some(sink),
-            cancel: CancellationToken::new(),
+            ..Self::default()
         }
     }
 }

@@ -15,6 +15,8 @@
 //! protocol, a backend answers with an outcome, the front end renders it.
 
 mod backend;
+pub mod capture;
+mod credential;
 mod error;
 mod exec;
 mod files;
@@ -25,6 +27,7 @@ mod registry;
 mod sandbox;
 
 pub use backend::Backend;
+pub use credential::Credential;
 pub use error::{Error, Result, chain};
 pub use exec::{
     CommandRequest, ExecContext, ExecError, ExecOutcome, ExecRequest, InstallRequest, Language,

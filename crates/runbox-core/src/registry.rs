@@ -94,6 +94,10 @@ pub struct CreateRequest {
     pub limits: Option<Limits>,
     /// Network access.
     pub network: Network,
+    /// The caller's own key for the backend's provider; `None`: the backend's own. A
+    /// sandbox made with one never comes from the pool (whose sandboxes the backend's own
+    /// key made).
+    pub credential: Option<crate::Credential>,
 }
 
 /// Work to do in a sandbox.
@@ -472,7 +476,11 @@ impl Registry {
     ) -> Result<(SandboxView, SandboxInfo)> {
         let idle_timeout = self.idle_timeout(req.idle_timeout)?;
         let reservation = self.reserve_sandbox(owner)?;
-        let pooled = if req.env.is_empty() && req.limits.is_none() && req.network == Network::None {
+        let pooled = if req.env.is_empty()
+            && req.limits.is_none()
+            && req.network == Network::None
+            && req.credential.is_none()
+        {
             self.lock().pool.pop_front()
         } else {
             None
@@ -491,6 +499,8 @@ impl Registry {
                         env,
                         metadata: req.metadata.clone(),
                         network: req.network,
+                        idle_timeout: Some(idle_timeout),
+                        credential: req.credential,
                     })
                     .await?
             }
@@ -572,7 +582,11 @@ impl Registry {
                 })
             }
             None => {
-                let (view, _) = self.create(owner, CreateRequest::default()).await?;
+                let one_shot = CreateRequest {
+                    credential: ctx.credential.clone(),
+                    ..CreateRequest::default()
+                };
+                let (view, _) = self.create(owner, one_shot).await?;
                 let r = self.run_in(owner, &view.id, work, ctx, false).await;
                 self.close_later(&view.id).await;
                 Ok(Ran {

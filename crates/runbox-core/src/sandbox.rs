@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::credential::Credential;
 use crate::exec::Language;
 use crate::limits::Limits;
 use crate::process::ProcessInfo;
@@ -71,6 +72,15 @@ pub struct SandboxSpec {
     /// Network access.
     #[serde(default)]
     pub network: Network,
+    /// How long the sandbox may sit unused before the registry closes it (`None`: the
+    /// default). A remote backend sets its provider's own timer past it, so a sandbox
+    /// outlives a crash of this server by a bounded time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<std::time::Duration>,
+    /// The caller's own key for the backend's provider (`--auth passthrough`); `None`: the
+    /// backend's own. Never serialized.
+    #[serde(skip)]
+    pub credential: Option<Credential>,
 }
 
 /// What a sandbox may reach on the network.

@@ -18,6 +18,9 @@ pub struct Caller {
     /// How many requests a minute the tenant may send (HTTP only); `None`: the server's
     /// default.
     pub requests_per_minute: Option<u32>,
+    /// The caller's own key for the backend's provider (`--auth passthrough`): sandboxes
+    /// the caller creates are made with it. `None`: the backend's own.
+    pub credential: Option<runbox_core::Credential>,
 }
 
 impl Caller {
@@ -26,6 +29,7 @@ impl Caller {
         Self {
             tenant: tenant.into(),
             requests_per_minute: None,
+            credential: None,
         }
     }
 }

@@ -59,8 +59,8 @@ impl RunboxServer {
             timeout,
         };
         let exec_ctx = runbox_core::ExecContext {
-            output: None,
             cancel: ctx.ct.clone(),
+            ..Default::default()
         };
         match self
             .registry()

@@ -295,15 +295,17 @@ impl RunboxServer {
     /// client asked for them and the request's cancellation wired to the run.
     pub(crate) async fn run(
         &self,
-        tenant: &str,
+        caller: &Caller,
         sandbox_id: Option<String>,
         work: Work,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Ran, Error> {
+        let tenant = caller.tenant.as_str();
         let progress = Progress::new(ctx);
         let exec_ctx = ExecContext {
             output: progress.sink.clone(),
             cancel: ctx.ct.clone(),
+            credential: caller.credential.clone(),
         };
         let id = sandbox_id.map(SandboxId::from);
         let language = match &work {
@@ -396,7 +398,7 @@ impl RunboxServer {
         let mut req = ExecRequest::new(args.language.into(), args.code, timeout);
         req.env = args.env;
         match self
-            .run(&caller.tenant, args.sandbox_id, Work::Code(req), &ctx)
+            .run(&caller, args.sandbox_id, Work::Code(req), &ctx)
             .await
         {
             Ok(ran) => render::run_code(&run_code_output(ran)),
@@ -430,7 +432,7 @@ impl RunboxServer {
                 .await;
         }
         match self
-            .run(&caller.tenant, args.sandbox_id, Work::Command(req), &ctx)
+            .run(&caller, args.sandbox_id, Work::Command(req), &ctx)
             .await
         {
             Ok(ran) => render::run_command(&run_command_output(ran)),
@@ -474,6 +476,7 @@ impl RunboxServer {
             metadata: args.metadata,
             limits: None,
             network,
+            credential: caller.credential.clone(),
         };
         match self.state.registry.create(&caller.tenant, req).await {
             Ok((view, info)) => {
@@ -498,7 +501,11 @@ impl RunboxServer {
                      to run_code and run_command.",
                     out.sandbox_id, out.timeout_seconds, out.expires_at
                 );
-                if !out.allowed_hosts.is_empty() {
+                if out.allowed_hosts == ["*"] {
+                    text.push_str(
+                        " It has internet access; install_packages installs pip and npm packages.",
+                    );
+                } else if !out.allowed_hosts.is_empty() {
                     let _ = write!(
                         text,
                         " It may reach {} over HTTP(S) through a proxy (already set in its \

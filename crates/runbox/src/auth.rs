@@ -22,6 +22,7 @@ fn caller(p: Principal) -> Caller {
     Caller {
         tenant: p.tenant,
         requests_per_minute: p.limits.requests_per_minute,
+        credential: None,
     }
 }
 

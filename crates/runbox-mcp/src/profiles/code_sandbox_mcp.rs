@@ -103,7 +103,7 @@ fn answer(outcome: &ExecOutcome, nothing: &str) -> CallToolResult {
 impl RunboxServer {
     async fn code_sandbox_mcp_run(
         &self,
-        tenant: &str,
+        caller: &Caller,
         language: Language,
         code: String,
         nothing: &str,
@@ -112,7 +112,7 @@ impl RunboxServer {
         let ran = match self.run_timeout(None) {
             Ok(timeout) => {
                 let req = ExecRequest::new(language, code, timeout);
-                self.run(tenant, None, Work::Code(req), ctx).await
+                self.run(caller, None, Work::Code(req), ctx).await
             }
             Err(e) => Err(e),
         };
@@ -143,7 +143,7 @@ impl RunboxServer {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         self.code_sandbox_mcp_run(
-            &caller.tenant,
+            &caller,
             Language::Python,
             args.code,
             "No output, forgot print()?",
@@ -166,7 +166,7 @@ impl RunboxServer {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         self.code_sandbox_mcp_run(
-            &caller.tenant,
+            &caller,
             Language::JavaScript,
             args.code,
             "No output, forgot console.log()?",

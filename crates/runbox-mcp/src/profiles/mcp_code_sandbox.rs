@@ -338,7 +338,7 @@ impl RunboxServer {
         };
         match self
             .registry()
-            .create(&caller.tenant, self.package_sandbox_request())
+            .create(&caller.tenant, self.package_sandbox_request(&caller))
             .await
         {
             Ok((view, _)) => {
@@ -474,7 +474,7 @@ impl RunboxServer {
         };
         let req = ExecRequest::new(Language::Python, args.code, timeout);
         match self
-            .run(&caller.tenant, Some(id.to_string()), Work::Code(req), &ctx)
+            .run(&caller, Some(id.to_string()), Work::Code(req), &ctx)
             .await
         {
             Ok(ran) => object(
@@ -559,7 +559,7 @@ impl RunboxServer {
             Err(e) => return error_answer(message(&e, "")),
         };
         let req = ExecRequest::new(Language::Python, args.code, timeout);
-        match self.run(&caller.tenant, None, Work::Code(req), &ctx).await {
+        match self.run(&caller, None, Work::Code(req), &ctx).await {
             Ok(ran) => {
                 let outcome: &ExecOutcome = &ran.outcome;
                 object(

@@ -186,7 +186,7 @@ impl RunboxServer {
     ) -> CallToolResult {
         match self
             .registry()
-            .create(&caller.tenant, self.package_sandbox_request())
+            .create(&caller.tenant, self.package_sandbox_request(&caller))
             .await
         {
             Ok((view, _)) => text_result(
@@ -251,7 +251,7 @@ impl RunboxServer {
         let answer = match self.run_timeout(None) {
             Ok(timeout) => {
                 let req = ExecRequest::new(Language::Python, args.python_code, timeout);
-                self.run(&caller.tenant, Some(args.sandbox_id), Work::Code(req), &ctx)
+                self.run(&caller, Some(args.sandbox_id), Work::Code(req), &ctx)
                     .await
                     .map(|ran| ran.outcome)
             }
@@ -286,14 +286,9 @@ impl RunboxServer {
         let answer = match self.run_timeout(None) {
             Ok(timeout) => {
                 let req = CommandRequest::new(args.command_line, timeout);
-                self.run(
-                    &caller.tenant,
-                    Some(args.sandbox_id),
-                    Work::Command(req),
-                    &ctx,
-                )
-                .await
-                .map(|ran| ran.outcome)
+                self.run(&caller, Some(args.sandbox_id), Work::Command(req), &ctx)
+                    .await
+                    .map(|ran| ran.outcome)
             }
             Err(e) => Err(e),
         };

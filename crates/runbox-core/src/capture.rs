@@ -1,0 +1,235 @@
+//! Capturing a run's output: a capped capture that keeps head and tail, and incremental
+//! UTF-8 decoding for live streaming. Every backend captures output the same way, so a
+//! caller sees the same cap and the same truncation note whatever runs the code.
+//!
+//! A single process can write gigabytes a second, so nothing here grows with the amount of
+//! output: a capture holds at most its cap, a decoder at most three bytes.
+
+use std::collections::VecDeque;
+
+/// Captures one stream of a run: everything up to `limit` bytes; beyond that the first and
+/// last halves, with the number of bytes dropped between them.
+#[derive(Debug)]
+pub struct Capture {
+    limit: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+    streamed: usize,
+    decoder: Utf8Stream,
+}
+
+impl Capture {
+    /// A capture keeping at most `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+            streamed: 0,
+            decoder: Utf8Stream::default(),
+        }
+    }
+
+    fn head_cap(&self) -> usize {
+        self.limit / 2
+    }
+
+    /// Records `bytes`; returns the text to stream live, if any. Live text stops once
+    /// `limit` bytes have been streamed (the tail arrives with the outcome).
+    pub fn push(&mut self, mut bytes: &[u8]) -> Option<String> {
+        self.total += bytes.len() as u64;
+        let live = {
+            let room = self.limit.saturating_sub(self.streamed);
+            let take = room.min(bytes.len());
+            self.streamed += take;
+            let text = self.decoder.decode(&bytes[..take]);
+            (!text.is_empty()).then_some(text)
+        };
+        let head_room = self.head_cap().saturating_sub(self.head.len());
+        let to_head = head_room.min(bytes.len());
+        self.head.extend_from_slice(&bytes[..to_head]);
+        bytes = &bytes[to_head..];
+        let tail_cap = self.limit - self.head_cap();
+        if bytes.len() >= tail_cap {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - tail_cap..]);
+        } else {
+            let overflow = (self.tail.len() + bytes.len()).saturating_sub(tail_cap);
+            self.tail.drain(..overflow);
+            self.tail.extend(bytes);
+        }
+        live
+    }
+
+    /// Live text held back because it ended inside a character; call when the stream ends.
+    pub fn flush_live(&mut self) -> Option<String> {
+        let text = self.decoder.finish();
+        (!text.is_empty()).then_some(text)
+    }
+
+    /// Whether bytes were dropped.
+    pub fn truncated(&self) -> bool {
+        self.total > self.limit as u64
+    }
+
+    /// The captured text (invalid UTF-8 replaced) and whether it was truncated.
+    pub fn finish(self) -> (String, bool) {
+        let truncated = self.truncated();
+        let tail: Vec<u8> = self.tail.into_iter().collect();
+        if !truncated {
+            let mut all = self.head;
+            all.extend_from_slice(&tail);
+            return (String::from_utf8_lossy(&all).into_owned(), false);
+        }
+        let dropped = self.total - self.limit as u64;
+        let head = trim_incomplete_end(&self.head);
+        let tail = skip_continuation_start(&tail);
+        let text = format!(
+            "{}\n[... {dropped} bytes of output truncated ...]\n{}",
+            String::from_utf8_lossy(head),
+            String::from_utf8_lossy(tail)
+        );
+        (text, true)
+    }
+}
+
+/// The longest prefix of `b` that does not end inside a UTF-8 sequence.
+fn trim_incomplete_end(b: &[u8]) -> &[u8] {
+    let start = b.len().saturating_sub(3);
+    for i in (start..b.len()).rev() {
+        let byte = b[i];
+        if byte & 0xC0 != 0x80 {
+            // A lead (or ASCII) byte: complete if the sequence fits.
+            let need = utf8_len(byte);
+            return if i + need <= b.len() { b } else { &b[..i] };
+        }
+    }
+    b
+}
+
+/// `b` without continuation bytes at its start (the cut fell inside a character).
+fn skip_continuation_start(b: &[u8]) -> &[u8] {
+    let skip = b.iter().take(3).take_while(|&&x| x & 0xC0 == 0x80).count();
+    &b[skip..]
+}
+
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0x00..=0x7F => 1,
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF7 => 4,
+        _ => 1,
+    }
+}
+
+/// Decodes UTF-8 arriving in arbitrary chunks: a character split across chunks is held
+/// until it completes; invalid bytes become U+FFFD.
+#[derive(Debug, Default)]
+pub struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    /// The text of `bytes`, less an incomplete character at the end (held for the next).
+    pub fn decode(&mut self, bytes: &[u8]) -> String {
+        let mut buf = std::mem::take(&mut self.pending);
+        buf.extend_from_slice(bytes);
+        let keep = match std::str::from_utf8(&buf) {
+            Ok(_) => 0,
+            Err(e) if e.error_len().is_none() => buf.len() - e.valid_up_to(),
+            Err(_) => {
+                // Invalid somewhere; still hold back an incomplete sequence at the very end.
+                buf.len() - trim_incomplete_end(&buf).len()
+            }
+        };
+        self.pending = buf.split_off(buf.len() - keep);
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// Whatever is still held, flushed as replacement characters.
+    pub fn finish(&mut self) -> String {
+        String::from_utf8_lossy(&std::mem::take(&mut self.pending)).into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_output_is_kept_whole() {
+        let mut c = Capture::new(100);
+        assert_eq!(c.push(b"hello ").as_deref(), Some("hello "));
+        assert_eq!(c.push(b"world").as_deref(), Some("world"));
+        assert_eq!(c.finish(), ("hello world".to_owned(), false));
+    }
+
+    #[test]
+    fn exactly_the_limit_is_not_truncated() {
+        let mut c = Capture::new(10);
+        c.push(b"0123456789");
+        assert_eq!(c.finish(), ("0123456789".to_owned(), false));
+    }
+
+    #[test]
+    fn large_output_keeps_head_and_tail() {
+        let mut c = Capture::new(10);
+        for chunk in [&b"abc"[..], b"defgh", b"ijklmnopqrst", b"uvwxyz"] {
+            c.push(chunk);
+        }
+        let (text, truncated) = c.finish();
+        assert!(truncated);
+        assert!(text.starts_with("abcde\n"), "{text}");
+        assert!(text.ends_with("\nvwxyz"), "{text}");
+        assert!(text.contains("16 bytes of output truncated"), "{text}");
+    }
+
+    #[test]
+    fn a_flood_stays_bounded() {
+        let mut c = Capture::new(1000);
+        let chunk = vec![b'x'; 65536];
+        for _ in 0..200 {
+            c.push(&chunk);
+        }
+        assert!(c.head.len() + c.tail.len() <= 1000);
+        let (text, truncated) = c.finish();
+        assert!(truncated);
+        assert!(text.len() < 1100);
+        assert!(text.contains(&format!("{} bytes", 200 * 65536 - 1000)));
+    }
+
+    #[test]
+    fn live_output_stops_at_the_limit() {
+        let mut c = Capture::new(8);
+        assert_eq!(c.push(b"12345").as_deref(), Some("12345"));
+        assert_eq!(c.push(b"6789").as_deref(), Some("678"));
+        assert_eq!(c.push(b"more"), None);
+    }
+
+    #[test]
+    fn truncation_never_splits_a_character() {
+        let mut c = Capture::new(8);
+        // "é" is two bytes; the head cut (4 bytes) falls inside the third one.
+        c.push("aéé€€€€€zz".as_bytes());
+        let (text, truncated) = c.finish();
+        assert!(truncated);
+        assert!(!text.contains('\u{FFFD}'), "{text:?}");
+        assert!(text.starts_with("aé\n"), "{text:?}");
+    }
+
+    #[test]
+    fn split_characters_are_joined_and_invalid_bytes_replaced() {
+        let mut d = Utf8Stream::default();
+        let euro = "€".as_bytes();
+        assert_eq!(d.decode(&euro[..1]), "");
+        assert_eq!(d.decode(&euro[1..]), "€");
+        assert_eq!(d.decode(b"a\xffb"), "a\u{FFFD}b");
+        assert_eq!(d.decode(b"\xff\xe2\x82"), "\u{FFFD}");
+        assert_eq!(d.decode(b"\xac!"), "€!");
+        assert_eq!(d.decode(b"\xe2"), "");
+        assert_eq!(d.finish(), "\u{FFFD}");
+    }
+}
