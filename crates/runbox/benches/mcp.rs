@@ -34,7 +34,9 @@ fn command(args: &[&str]) -> tokio::process::Command {
     c.arg("serve")
         .args(args)
         .env("RUNBOX_INIT_EXE", EXE)
-        .env("RUNBOX_LOG", "error");
+        .env("RUNBOX_LOG", "error")
+        // The e2b rows reach a fake provider on loopback, never through a proxy.
+        .env("NO_PROXY", "127.0.0.1,localhost");
     c
 }
 
@@ -288,6 +290,36 @@ async fn main() {
     ));
     client.cancel().await.unwrap();
     let _ = authed.start_kill();
+
+    // The e2b backend against the in-process fake provider, which answers at once: what
+    // runbox itself adds to a cloud sandbox's round trip (the control plane is not on the
+    // path of a run; the code interpreter's /execute is).
+    let fake = runbox_e2b_fake::Fake::start(runbox_e2b_fake::FakeConfig {
+        api_keys: vec!["e2b_bench".into()],
+        ..Default::default()
+    })
+    .await;
+    fake.on_execute("print(1)", runbox_e2b_fake::ExecReply::stdout("1\n"));
+    let (api, sandbox) = (fake.api_url(), fake.sandbox_url());
+    let (mut cloud, cloud_url) = http_server(&[
+        "--backend",
+        "e2b",
+        "--e2b-api-key",
+        "e2b_bench",
+        "--e2b-api-url",
+        &api,
+        "--e2b-sandbox-url",
+        &sandbox,
+    ])
+    .await;
+    let client = http(&cloud_url, modern()).await;
+    rows.push((
+        "warm run_code round trip, HTTP 2026-07-28, e2b backend (loopback fake provider)".into(),
+        stats(warm_round_trips(&client, n).await),
+        "runbox's own share of a cloud run".into(),
+    ));
+    client.cancel().await.unwrap();
+    let _ = cloud.start_kill();
 
     // Throughput: 8 clients, each with its own sandbox, calling as fast as they can.
     let clients = 8;

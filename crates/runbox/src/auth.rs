@@ -1,7 +1,8 @@
 //! The server's authentication: runbox's own tokens (a tokens file, reloaded when it
 //! changes) and OAuth access tokens (JWTs of one issuer), behind the HTTP transport's
 //! [`Authenticator`]. Each token stands for a tenant; a token's limits in the file become
-//! that tenant's quotas.
+//! that tenant's quotas. With `--auth passthrough` (the e2b backend), the bearer value is
+//! instead the caller's own provider key, and the tenant is named after its hash.
 
 use std::sync::Arc;
 
@@ -23,6 +24,43 @@ fn caller(p: Principal) -> Caller {
         tenant: p.tenant,
         requests_per_minute: p.limits.requests_per_minute,
         credential: None,
+    }
+}
+
+/// Takes the bearer value as the caller's own provider API key. runbox cannot tell a good
+/// key from a bad one (the provider answers that on the first sandbox), so any plausible
+/// value is a caller: the tenant is named after the key's SHA-256, so each key sees only
+/// the sandboxes it made, and no log or audit line carries the key itself.
+struct Passthrough;
+
+/// Longest key accepted.
+const MAX_KEY: usize = 512;
+
+/// The tenant of a provider key: `key-` and 128 bits of its SHA-256.
+fn key_tenant(key: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let mut s = String::from("key-");
+    for b in &digest[..16] {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+#[async_trait::async_trait]
+impl Authenticator for Passthrough {
+    async fn authenticate(&self, token: &str) -> Result<Caller, AuthFailure> {
+        let key = token.trim();
+        if key.is_empty() || key.len() > MAX_KEY || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(AuthFailure::Invalid(
+                "send your cloud sandbox provider's API key as the bearer token".into(),
+            ));
+        }
+        Ok(Caller {
+            tenant: key_tenant(key),
+            requests_per_minute: None,
+            credential: Some(runbox_core::Credential::new(key)),
+        })
     }
 }
 
@@ -59,6 +97,15 @@ pub(crate) async fn setup(
 ) -> anyhow::Result<Option<(HttpAuth, Option<QuotaLookup>)>> {
     if !config.any() {
         return Ok(None);
+    }
+    if config.passthrough {
+        tracing::info!("callers' bearer values are their own provider keys (--auth passthrough)");
+        let auth = HttpAuth {
+            authorization_servers: Vec::new(),
+            public_url: config.public_url.clone(),
+            authenticator: Arc::new(Passthrough),
+        };
+        return Ok(Some((auth, None)));
     }
     let tokens = match &config.tokens {
         Some(path) => {
@@ -102,4 +149,30 @@ pub(crate) async fn setup(
         authenticator: Arc::new(ServerAuth { tokens, jwt }),
     };
     Ok(Some((auth, lookup)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn passthrough_names_the_tenant_after_the_key_and_keeps_the_key() {
+        let a = Passthrough.authenticate("sk_alice").await.unwrap();
+        let b = Passthrough.authenticate("sk_bob").await.unwrap();
+        assert_ne!(a.tenant, b.tenant);
+        assert_eq!(
+            a.tenant,
+            Passthrough.authenticate(" sk_alice ").await.unwrap().tenant
+        );
+        assert!(
+            a.tenant.starts_with("key-") && a.tenant.len() == 36,
+            "{}",
+            a.tenant
+        );
+        assert!(!a.tenant.contains("alice"));
+        assert_eq!(a.credential.unwrap().expose(), "sk_alice");
+        for bad in ["", "   ", "two words", &"k".repeat(MAX_KEY + 1)] {
+            assert!(Passthrough.authenticate(bad).await.is_err(), "{bad:?}");
+        }
+    }
 }

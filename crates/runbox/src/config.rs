@@ -35,6 +35,48 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RUNBOX_INSECURE_PUBLIC")]
     pub(crate) insecure_public: bool,
 
+    /// Where sandboxes run: local (this machine, the default) or e2b (E2B or Novita cloud
+    /// sandboxes; see the --e2b-* settings).
+    #[arg(long, env = "RUNBOX_BACKEND", value_name = "NAME")]
+    pub(crate) backend: Option<BackendKind>,
+
+    /// The e2b backend's provider domain: e2b.app (E2B) [default], a Novita domain such as
+    /// us-phx-1.sandbox.novita.ai (legacy sandbox.novita.ai too), or a self-hosted one.
+    #[arg(long, env = "RUNBOX_E2B_DOMAIN", value_name = "DOMAIN")]
+    pub(crate) e2b_domain: Option<String>,
+
+    /// The template cloud sandboxes are made from [default: code-interpreter-v1].
+    #[arg(long, env = "RUNBOX_E2B_TEMPLATE", value_name = "NAME")]
+    pub(crate) e2b_template: Option<String>,
+
+    /// The operator's provider API key [default: $E2B_API_KEY, or $NOVITA_API_KEY for a
+    /// Novita domain]. Not with --auth passthrough, where each caller's key is used.
+    #[arg(
+        long,
+        env = "RUNBOX_E2B_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub(crate) e2b_api_key: Option<String>,
+
+    /// The provider's control-plane base URL, instead of https://api.DOMAIN (self-hosted
+    /// gateways, tests).
+    #[arg(long, env = "RUNBOX_E2B_API_URL", value_name = "URL")]
+    pub(crate) e2b_api_url: Option<String>,
+
+    /// The base URL of a port of a cloud sandbox, instead of https://PORT-ID.DOMAIN, with
+    /// {port}, {sandbox_id} and {domain} substituted, e.g.
+    /// http://127.0.0.1:9000/{port}/{sandbox_id}.
+    #[arg(long, env = "RUNBOX_E2B_SANDBOX_URL", value_name = "TEMPLATE")]
+    pub(crate) e2b_sandbox_url: Option<String>,
+
+    /// How callers authenticate over HTTP besides --tokens and --oauth-issuer:
+    /// "passthrough" takes each caller's `Authorization: Bearer` value as their own provider
+    /// API key (--backend e2b): the server keeps no key, and each key sees only the
+    /// sandboxes it made.
+    #[arg(long, env = "RUNBOX_AUTH", value_name = "MODE")]
+    pub(crate) auth: Option<AuthMode>,
+
     /// Require a bearer token on /mcp from this tokens file (made with `runbox token add`);
     /// it is re-read when it changes, so a revoked token stops working at once.
     #[arg(long, env = "RUNBOX_TOKENS", value_name = "PATH")]
@@ -197,6 +239,13 @@ pub(crate) struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     stdio: Option<bool>,
+    backend: Option<BackendKind>,
+    e2b_domain: Option<String>,
+    e2b_template: Option<String>,
+    e2b_api_key: Option<String>,
+    e2b_api_url: Option<String>,
+    e2b_sandbox_url: Option<String>,
+    auth: Option<AuthMode>,
     http: Option<SocketAddr>,
     insecure_public: Option<bool>,
     tokens: Option<PathBuf>,
@@ -231,6 +280,48 @@ struct FileConfig {
     cgroup_parent: Option<PathBuf>,
 }
 
+/// Where sandboxes run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum BackendKind {
+    /// On this machine, in runbox's own jail.
+    #[default]
+    Local,
+    /// In E2B-compatible cloud sandboxes (E2B, Novita).
+    E2b,
+}
+
+/// An authentication mode chosen by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum AuthMode {
+    /// Each caller's bearer value is their own provider API key.
+    Passthrough,
+}
+
+/// The cloud backend's settings.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct E2bSettings {
+    pub(crate) domain: String,
+    pub(crate) template: String,
+    /// The operator's key; `None` with passthrough.
+    pub(crate) api_key: Option<String>,
+    pub(crate) api_url: Option<String>,
+    pub(crate) sandbox_url: Option<String>,
+}
+
+impl std::fmt::Debug for E2bSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E2bSettings")
+            .field("domain", &self.domain)
+            .field("template", &self.template)
+            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .field("api_url", &self.api_url)
+            .field("sandbox_url", &self.sandbox_url)
+            .finish()
+    }
+}
+
 /// Where MCP is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Transport {
@@ -241,6 +332,8 @@ pub(crate) enum Transport {
 /// Who may use the HTTP transport.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct AuthConfig {
+    /// Each caller's bearer value is their provider key (`--auth passthrough`).
+    pub(crate) passthrough: bool,
     /// runbox's own tokens file.
     pub(crate) tokens: Option<PathBuf>,
     /// An OAuth issuer whose JWTs are accepted.
@@ -252,7 +345,7 @@ pub(crate) struct AuthConfig {
 impl AuthConfig {
     /// Whether any authentication is configured.
     pub(crate) fn any(&self) -> bool {
-        self.tokens.is_some() || self.oauth.is_some()
+        self.passthrough || self.tokens.is_some() || self.oauth.is_some()
     }
 }
 
@@ -268,6 +361,8 @@ pub(crate) struct OAuthConfig {
 #[derive(Debug, Clone)]
 pub(crate) struct ServeConfig {
     pub(crate) transport: Transport,
+    /// The cloud backend's settings; `None`: the local backend.
+    pub(crate) e2b: Option<E2bSettings>,
     pub(crate) allowed_hosts: Vec<String>,
     pub(crate) allowed_origins: Vec<String>,
     pub(crate) pool: usize,
@@ -359,6 +454,14 @@ fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
 impl ServeConfig {
     /// Merges flags over the file over defaults, and checks the result.
     pub(crate) fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
+        Self::resolve_with(args, &|name| std::env::var(name))
+    }
+
+    /// [`ServeConfig::resolve`], reading the server's environment through `env`.
+    fn resolve_with(
+        args: ServeArgs,
+        env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
+    ) -> anyhow::Result<Self> {
         let file = match &args.config {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
@@ -374,7 +477,13 @@ impl ServeConfig {
         } else {
             bail!("choose a transport: --stdio, or --http ADDR (such as 127.0.0.1:8000)");
         };
+        let backend = args.backend.or(file.backend).unwrap_or_default();
+        let passthrough = match args.auth.or(file.auth) {
+            Some(AuthMode::Passthrough) => true,
+            None => false,
+        };
         let auth = AuthConfig {
+            passthrough,
             tokens: args.tokens.or(file.tokens),
             oauth: match (
                 args.oauth_issuer.or(file.oauth_issuer),
@@ -395,8 +504,20 @@ impl ServeConfig {
         };
         if transport == Transport::Stdio && auth.any() {
             bail!(
-                "--tokens and --oauth-issuer apply to --http only: over stdio the client that \
-                 started the server is its one local tenant"
+                "--tokens, --oauth-issuer and --auth apply to --http only: over stdio the client \
+                 that started the server is its one local tenant"
+            );
+        }
+        if passthrough && (auth.tokens.is_some() || auth.oauth.is_some()) {
+            bail!(
+                "--auth passthrough takes each caller's bearer value as their provider key, so it \
+                 cannot be combined with --tokens or --oauth-issuer"
+            );
+        }
+        if passthrough && backend != BackendKind::E2b {
+            bail!(
+                "--auth passthrough forwards each caller's key to the cloud provider: it needs \
+                 --backend e2b"
             );
         }
         let insecure = args.insecure_public || file.insecure_public.unwrap_or(false);
@@ -503,9 +624,20 @@ impl ServeConfig {
         if audit_code && audit_log.is_none() {
             bail!("audit_code needs audit_log");
         }
-        let pool = args.pool.or(file.pool).unwrap_or(2);
+        // Cloud sandboxes cost money while they wait, so the e2b backend keeps none ready
+        // unless asked.
+        let pool = args.pool.or(file.pool).unwrap_or(match backend {
+            BackendKind::Local => 2,
+            BackendKind::E2b => 0,
+        });
         if pool > 64 {
             bail!("pool must be at most 64, got {pool}");
+        }
+        if passthrough && pool > 0 {
+            bail!(
+                "--auth passthrough makes every sandbox with its caller's key, so there can be no \
+                 pool made in advance: leave out --pool or set it to 0"
+            );
         }
 
         let mut allowed_hosts = vec![
@@ -552,7 +684,98 @@ impl ServeConfig {
         };
         let mut names = file.pass_through_env.unwrap_or_default();
         names.extend(args.pass_through_env);
-        let pass_through_env = pass_through_env(&names, |n| std::env::var(n))?;
+        let pass_through_env = pass_through_env(&names, env)?;
+
+        let e2b = match backend {
+            BackendKind::Local => {
+                let flags = [
+                    (
+                        "--e2b-domain",
+                        args.e2b_domain.is_some() || file.e2b_domain.is_some(),
+                    ),
+                    (
+                        "--e2b-template",
+                        args.e2b_template.is_some() || file.e2b_template.is_some(),
+                    ),
+                    (
+                        "--e2b-api-key",
+                        args.e2b_api_key.is_some() || file.e2b_api_key.is_some(),
+                    ),
+                    (
+                        "--e2b-api-url",
+                        args.e2b_api_url.is_some() || file.e2b_api_url.is_some(),
+                    ),
+                    (
+                        "--e2b-sandbox-url",
+                        args.e2b_sandbox_url.is_some() || file.e2b_sandbox_url.is_some(),
+                    ),
+                ];
+                if let Some((flag, _)) = flags.iter().find(|(_, set)| *set) {
+                    bail!("{flag} applies to --backend e2b only");
+                }
+                None
+            }
+            BackendKind::E2b => {
+                if data_dir.is_some() {
+                    bail!(
+                        "--data-dir mounts a directory of this machine into local sandboxes; the \
+                         e2b backend cannot (upload the files with write_file instead)"
+                    );
+                }
+                if !hosts.is_empty() || !addresses.is_empty() {
+                    bail!(
+                        "--allow-host and --allow-address configure the local egress proxy; cloud \
+                         sandboxes reach the internet through their provider (create them with \
+                         network \"allowlist\"), or not at all"
+                    );
+                }
+                let domain = args
+                    .e2b_domain
+                    .or(file.e2b_domain)
+                    .unwrap_or_else(|| runbox_e2b::E2B_DOMAIN.to_owned());
+                let provider = runbox_e2b::Provider::from_domain(&domain);
+                let flag_key = args.e2b_api_key.or(file.e2b_api_key);
+                let api_key = if passthrough {
+                    if flag_key.is_some() {
+                        bail!(
+                            "--auth passthrough keeps no key of its own: each caller's bearer \
+                             value is their key; leave out --e2b-api-key"
+                        );
+                    }
+                    None
+                } else {
+                    let from_env = provider
+                        .key_variables()
+                        .iter()
+                        .find_map(|v| env(v).ok().filter(|k| !k.trim().is_empty()));
+                    match flag_key.or(from_env) {
+                        Some(k) => Some(k.trim().to_owned()),
+                        None => bail!(
+                            "the e2b backend needs an API key for {}: pass --e2b-api-key or set {}, or \
+                             use --auth passthrough so that each caller sends their own",
+                            provider.name(),
+                            provider.key_variables().join(" or ")
+                        ),
+                    }
+                };
+                let settings = E2bSettings {
+                    domain,
+                    template: args
+                        .e2b_template
+                        .or(file.e2b_template)
+                        .unwrap_or_else(|| runbox_e2b::DEFAULT_TEMPLATE.to_owned()),
+                    api_key,
+                    api_url: args.e2b_api_url.or(file.e2b_api_url),
+                    sandbox_url: args.e2b_sandbox_url.or(file.e2b_sandbox_url),
+                };
+                let mut check = runbox_e2b::E2bConfig::new(&settings.domain);
+                check.template.clone_from(&settings.template);
+                check.api_url.clone_from(&settings.api_url);
+                check.sandbox_url.clone_from(&settings.sandbox_url);
+                check.validate().map_err(anyhow::Error::msg)?;
+                Some(settings)
+            }
+        };
 
         let mut engine = args.engine;
         engine.python = engine.python.or(file.python);
@@ -563,6 +786,7 @@ impl ServeConfig {
 
         Ok(Self {
             transport,
+            e2b,
             allowed_hosts,
             allowed_origins,
             pool,
@@ -607,6 +831,89 @@ mod tests {
     fn resolve(argv: &[&str]) -> anyhow::Result<ServeConfig> {
         let w = Wrapper::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
         ServeConfig::resolve(w.args)
+    }
+
+    fn resolve_env(argv: &[&str], env: &[(&str, &str)]) -> anyhow::Result<ServeConfig> {
+        let w = Wrapper::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
+        let env: BTreeMap<String, String> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        ServeConfig::resolve_with(w.args, &|name| {
+            env.get(name).cloned().ok_or(std::env::VarError::NotPresent)
+        })
+    }
+
+    #[test]
+    fn the_e2b_backend_takes_its_key_from_the_provider_s_variable() {
+        let http = ["--http", "127.0.0.1:8000", "--backend", "e2b"];
+        let c = resolve_env(&http, &[("E2B_API_KEY", "e2b_env")]).unwrap();
+        let e2b = c.e2b.unwrap();
+        assert_eq!(e2b.domain, "e2b.app");
+        assert_eq!(e2b.template, "code-interpreter-v1");
+        assert_eq!(e2b.api_key.as_deref(), Some("e2b_env"));
+        assert_eq!(c.pool, 0, "no cloud sandboxes wait unasked");
+        assert!(
+            !format!("{e2b:?}").contains("e2b_env"),
+            "the key is never printed"
+        );
+        // Novita's own variable for a Novita domain; E2B's alone is not read for E2B.
+        let novita = [&http[..], &["--e2b-domain", "sandbox.novita.ai"]].concat();
+        let c = resolve_env(&novita, &[("NOVITA_API_KEY", "sk_nv")]).unwrap();
+        assert_eq!(c.e2b.unwrap().api_key.as_deref(), Some("sk_nv"));
+        let e = resolve_env(&http, &[("NOVITA_API_KEY", "sk_nv")]).unwrap_err();
+        assert!(e.to_string().contains("E2B_API_KEY"), "{e}");
+        // A flag wins over the variable.
+        let flag = [&http[..], &["--e2b-api-key", "e2b_flag"]].concat();
+        let c = resolve_env(&flag, &[("E2B_API_KEY", "e2b_env")]).unwrap();
+        assert_eq!(c.e2b.unwrap().api_key.as_deref(), Some("e2b_flag"));
+    }
+
+    #[test]
+    fn passthrough_keeps_no_key_and_no_pool() {
+        let pass = [
+            "--http",
+            "0.0.0.0:8000",
+            "--backend",
+            "e2b",
+            "--auth",
+            "passthrough",
+        ];
+        // The operator's variable is not used, and a public address needs nothing more.
+        let c = resolve_env(&pass, &[("E2B_API_KEY", "e2b_env")]).unwrap();
+        assert!(c.auth.passthrough);
+        assert_eq!(c.e2b.unwrap().api_key, None);
+        let e = resolve_env(&[&pass[..], &["--pool", "1"]].concat(), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no pool"), "{e}");
+        let e = resolve_env(&[&pass[..], &["--tokens", "/x/t.toml"]].concat(), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot be combined"), "{e}");
+        let e = resolve_env(
+            &["--stdio", "--backend", "e2b", "--auth", "passthrough"],
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--http only"), "{e}");
+        let e = resolve_env(
+            &[
+                "--http",
+                "127.0.0.1:8000",
+                "--backend",
+                "e2b",
+                "--e2b-api-key",
+                "k",
+                "--allow-host",
+                "pypi.org",
+            ],
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("egress proxy"), "{e}");
     }
 
     #[test]

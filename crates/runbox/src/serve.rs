@@ -125,6 +125,52 @@ async fn index_addresses(
     nets
 }
 
+/// The embedded local backend, and whether its sandboxes can reach package indexes.
+async fn local_backend(
+    config: &ServeConfig,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<(Arc<dyn Backend>, bool)> {
+    let mut local = config.engine.local_config(config.limits.clone());
+    // The pool's sandboxes must not take the room of callers' sandboxes.
+    local.max_sandboxes = config.max_sandboxes + config.pool;
+    local.data_dir = config.data_dir.clone();
+    local.egress = Some(egress_config(config, metrics).await);
+    let package_network = local
+        .egress
+        .as_ref()
+        .is_some_and(|e| !e.policy.allowlist.is_empty());
+    let backend = LocalBackend::new(local)
+        .await
+        .context("starting the local sandbox engine")?;
+    Ok((Arc::new(backend), package_network))
+}
+
+/// The cloud backend (E2B, Novita). Its sandboxes reach the internet through their provider
+/// when created with network "allowlist", so packages can be installed.
+fn e2b_backend(
+    config: &ServeConfig,
+    settings: &crate::config::E2bSettings,
+) -> anyhow::Result<Arc<dyn Backend>> {
+    let mut c = runbox_e2b::E2bConfig::new(&settings.domain);
+    c.template.clone_from(&settings.template);
+    c.api_key = settings
+        .api_key
+        .as_deref()
+        .map(runbox_core::Credential::new);
+    c.api_url.clone_from(&settings.api_url);
+    c.sandbox_url.clone_from(&settings.sandbox_url);
+    c.default_lifetime = config.sandbox_timeout;
+    c.limits = config.limits.clone();
+    tracing::info!(
+        provider = c.provider.name(),
+        domain = %c.domain,
+        template = %c.template,
+        "running sandboxes in the cloud (--backend e2b)"
+    );
+    let backend = runbox_e2b::E2bBackend::new(c).context("the e2b backend")?;
+    Ok(Arc::new(backend))
+}
+
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let auth = crate::auth::setup(&config.auth).await?;
@@ -135,20 +181,10 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    let mut local = config.engine.local_config(config.limits.clone());
-    // The pool's sandboxes must not take the room of callers' sandboxes.
-    local.max_sandboxes = config.max_sandboxes + config.pool;
-    local.data_dir = config.data_dir.clone();
-    local.egress = Some(egress_config(&config, &metrics).await);
-    let package_network = local
-        .egress
-        .as_ref()
-        .is_some_and(|e| !e.policy.allowlist.is_empty());
-    let backend: Arc<dyn Backend> = Arc::new(
-        LocalBackend::new(local)
-            .await
-            .context("starting the local sandbox engine")?,
-    );
+    let (backend, package_network) = match &config.e2b {
+        Some(settings) => (e2b_backend(&config, settings)?, true),
+        None => local_backend(&config, &metrics).await?,
+    };
     let registry = Registry::new(
         backend,
         RegistryConfig {
@@ -164,6 +200,9 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 let metrics = Arc::clone(&metrics);
                 Arc::new(move |limit| metrics.rejected(Rejection::Quota(limit)))
             }),
+            // Two listings of a remote tree per run cost more than the list of changed
+            // files is worth.
+            track_changes: config.e2b.is_none(),
             ..Default::default()
         },
     );
