@@ -1,11 +1,73 @@
-//! Capturing a run's output: a capped capture that keeps head and tail, and incremental
-//! UTF-8 decoding for live streaming. Every backend captures output the same way, so a
+//! Capturing a run's output: a capped capture that keeps head and tail, incremental UTF-8
+//! decoding for live streaming, and a cap on the rich results one run may return. Every backend captures output the same way, so a
 //! caller sees the same cap and the same truncation note whatever runs the code.
 //!
 //! A single process can write gigabytes a second, so nothing here grows with the amount of
 //! output: a capture holds at most its cap, a decoder at most three bytes.
 
 use std::collections::VecDeque;
+
+use crate::exec::RichResult;
+
+/// Most rich results one run returns.
+pub const MAX_RESULTS: usize = 1000;
+/// Most bytes of rich results (all representations together) one run returns.
+pub const MAX_RESULT_BYTES: usize = 32 << 20;
+
+/// The rich results of one run, up to [`MAX_RESULTS`] displays and [`MAX_RESULT_BYTES`]:
+/// code that displays in an endless loop must not fill the server's memory. Results past
+/// the cap are counted, not kept; the value of the last expression is kept whenever its
+/// bytes fit.
+#[derive(Debug, Default)]
+pub struct Results {
+    kept: Vec<RichResult>,
+    bytes: usize,
+    dropped: usize,
+}
+
+impl Results {
+    /// No results yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `r` if it fits.
+    pub fn push(&mut self, r: RichResult) {
+        let size: usize = r
+            .data
+            .iter()
+            .map(|(k, v)| {
+                k.len()
+                    + match v {
+                        serde_json::Value::String(s) => s.len(),
+                        other => other.to_string().len(),
+                    }
+            })
+            .sum();
+        // The value of the last expression comes last and is what a run is for: the count
+        // does not stop it, only the bytes.
+        let counted_out = !r.is_main_result && self.kept.len() >= MAX_RESULTS;
+        if counted_out || self.bytes + size > MAX_RESULT_BYTES {
+            self.dropped += 1;
+            return;
+        }
+        self.bytes += size;
+        self.kept.push(r);
+    }
+
+    /// The results kept, and a note for the caller when some were left out.
+    pub fn finish(self) -> (Vec<RichResult>, Option<String>) {
+        let note = (self.dropped > 0).then(|| {
+            format!(
+                "{} rich results (display() calls or images) were left out: one run returns at \
+                 most {MAX_RESULTS} of them and {} MiB in all.",
+                self.dropped,
+                MAX_RESULT_BYTES >> 20
+            )
+        });
+        (self.kept, note)
+    }
+}
 
 /// Captures one stream of a run: everything up to `limit` bytes; beyond that the first and
 /// last halves, with the number of bytes dropped between them.
@@ -158,6 +220,50 @@ impl Utf8Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn results_stop_at_the_count_and_the_bytes() {
+        let small = || RichResult {
+            data: [("text/plain".to_owned(), serde_json::json!("x"))].into(),
+            is_main_result: false,
+        };
+        let mut r = Results::new();
+        for _ in 0..MAX_RESULTS + 5 {
+            r.push(small());
+        }
+        r.push(RichResult {
+            is_main_result: true,
+            ..small()
+        });
+        let (kept, note) = r.finish();
+        assert_eq!(
+            kept.len(),
+            MAX_RESULTS + 1,
+            "the last expression's value is kept"
+        );
+        assert!(kept[MAX_RESULTS].is_main_result);
+        assert!(note.unwrap().starts_with("5 rich results"));
+        let big = RichResult {
+            data: [(
+                "image/png".to_owned(),
+                serde_json::json!("A".repeat(MAX_RESULT_BYTES / 2)),
+            )]
+            .into(),
+            is_main_result: false,
+        };
+        let mut r = Results::new();
+        r.push(big.clone());
+        r.push(big.clone());
+        r.push(small());
+        let (kept, note) = r.finish();
+        assert_eq!(
+            kept.len(),
+            2,
+            "the second image does not fit, the small text does"
+        );
+        assert!(note.unwrap().starts_with("1 rich results"));
+        assert_eq!(Results::new().finish(), (Vec::new(), None));
+    }
 
     #[test]
     fn small_output_is_kept_whole() {

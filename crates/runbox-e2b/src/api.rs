@@ -233,10 +233,7 @@ impl Api {
         &self,
         response: reqwest::Response,
     ) -> Result<T, ProviderError> {
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.http.transport(Surface::Api, e))?;
+        let bytes = self.http.body(Surface::Api, response, 4 << 20).await?;
         serde_json::from_slice(&bytes).map_err(|e| {
             self.http.protocol(
                 Surface::Api,

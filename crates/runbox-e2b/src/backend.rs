@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::Method;
-use runbox_core::capture::Capture;
+use runbox_core::capture::{Capture, Results};
 use runbox_core::{
     Backend, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, FileContent, FileEntry,
     FileKind, FileWritten, InstallRequest, Language, Limits, Listing, Network, OutputChunk,
@@ -35,6 +35,8 @@ use crate::proto::{EntryInfo, FileType, ProcessConfig, StartRequest};
 
 /// Most bytes one read returns when the caller names no length.
 const MAX_READ: u64 = 8 << 20;
+/// Largest file `write_file` appends to (envd has no append: the file is rewritten).
+const MAX_APPEND: u64 = 32 << 20;
 /// Most entries one listing returns.
 const MAX_LIST: usize = 10_000;
 /// How deep a recursive listing goes.
@@ -608,6 +610,7 @@ impl Backend for E2bBackend {
         let mut lines = Lines::new(response);
         let mut stdout = Capture::new(live.limits.output_bytes);
         let mut stderr = Capture::new(live.limits.output_bytes);
+        let mut results = Results::new();
         let mut ended = false;
         // Dropping the stream closes the connection, which interrupts the execution.
         let stop = loop {
@@ -631,7 +634,7 @@ impl Backend for E2bBackend {
             match parse_line(&line) {
                 Ok(Line::Stdout(t)) => capture_text(&mut stdout, OutputStream::Stdout, &t, &ctx),
                 Ok(Line::Stderr(t)) => capture_text(&mut stderr, OutputStream::Stderr, &t, &ctx),
-                Ok(Line::Result(r)) => outcome.results.push(r),
+                Ok(Line::Result(r)) => results.push(r),
                 Ok(Line::Error(e)) => outcome.error = Some(e),
                 Ok(Line::End) => {
                     ended = true;
@@ -644,6 +647,9 @@ impl Backend for E2bBackend {
             }
         };
         drop(lines);
+        let (kept, dropped) = results.finish();
+        outcome.results = kept;
+        outcome.notes.extend(dropped);
         for (c, s) in [
             (&mut stdout, OutputStream::Stdout),
             (&mut stderr, OutputStream::Stderr),
@@ -757,11 +763,25 @@ impl Backend for E2bBackend {
         self.extend(id, &live).await?;
         let remote = live.remote();
         let data = if append {
+            // envd cannot append: the file comes down and goes up again whole, so only up
+            // to a size.
+            match self.sandboxes.stat(&remote, path).await {
+                Ok(e) if e.size + data.len() as u64 > MAX_APPEND => {
+                    return Err(Error::InvalidRequest(format!(
+                        "{path} would grow past {} MiB, the most runbox appends to on this \
+                         backend; append with run_command (cat >> FILE) instead",
+                        MAX_APPEND >> 20
+                    )));
+                }
+                _ => {}
+            }
             let mut old = match self.sandboxes.download(&remote, path).await {
-                Ok(r) => r
-                    .bytes()
+                Ok(r) => self
+                    .sandboxes
+                    .http
+                    .body(Surface::Envd, r, MAX_APPEND as usize)
                     .await
-                    .map_err(|e| self.gone(id, self.sandboxes.http.transport(Surface::Envd, e)))?
+                    .map_err(|e| self.gone(id, e))?
                     .to_vec(),
                 Err(e) if e.code() == Some("not_found") && !e.sandbox_gone() => Vec::new(),
                 Err(e) => return Err(self.file_error(id, path, e)),

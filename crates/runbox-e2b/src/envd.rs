@@ -19,6 +19,9 @@ use crate::proto::{
     ProcessEvent, ProcessStreamMessage, SelectRequest, SignalRequest, StartRequest,
 };
 
+/// Largest unary answer accepted (a listing of a big tree; past it, list a subdirectory).
+const MAX_UNARY: usize = 32 << 20;
+
 /// Seconds between the keepalives envd sends on an idle stream, so proxies keep it open.
 const KEEPALIVE_SECONDS: &str = "50";
 
@@ -207,10 +210,7 @@ impl Sandboxes {
             })
             .await
             .map_err(with_code)?;
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.http.transport(Surface::Envd, e))?;
+        let bytes = self.http.body(Surface::Envd, response, MAX_UNARY).await?;
         let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {

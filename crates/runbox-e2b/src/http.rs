@@ -214,6 +214,33 @@ impl Http {
         }
     }
 
+    /// The whole body of `response`, refused past `max` bytes: what a sandbox's daemons send
+    /// is as untrusted as the code in the sandbox, which may replace them.
+    pub(crate) async fn body(
+        &self,
+        surface: Surface,
+        response: Response,
+        max: usize,
+    ) -> Result<bytes::Bytes, ProviderError> {
+        use futures_util::StreamExt as _;
+        let mut body = response.bytes_stream();
+        let mut all = bytes::BytesMut::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| self.transport(surface, e))?;
+            if all.len() + chunk.len() > max {
+                return Err(self.protocol(
+                    surface,
+                    format!(
+                        "sent an answer larger than runbox accepts ({} MiB)",
+                        max >> 20
+                    ),
+                ));
+            }
+            all.extend_from_slice(&chunk);
+        }
+        Ok(all.freeze())
+    }
+
     pub(crate) fn transport(&self, surface: Surface, source: reqwest::Error) -> ProviderError {
         ProviderError::Transport {
             provider: self.provider.name(),
@@ -341,6 +368,26 @@ mod tests {
         assert_eq!(m, "Bad Gateway");
         let (_, m) = parse_error_body(StatusCode::BAD_GATEWAY, &"é".repeat(600));
         assert!(m.ends_with('…') && m.len() <= MAX_ERROR_TEXT + 3);
+    }
+
+    #[tokio::test]
+    async fn bodies_past_the_cap_are_refused() {
+        let http = Http {
+            client: reqwest::Client::new(),
+            provider: Provider::E2b,
+            max_retries: 0,
+        };
+        let answer = |body: &'static str| reqwest::Response::from(http::Response::new(body));
+        let ok = http
+            .body(Surface::Envd, answer("0123456789"), 10)
+            .await
+            .unwrap();
+        assert_eq!(&ok[..], b"0123456789");
+        let e = http
+            .body(Surface::Envd, answer("0123456789!"), 10)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("larger than runbox accepts"), "{e}");
     }
 
     #[test]

@@ -612,6 +612,35 @@ async fn provider_errors_become_clear_tool_errors() {
         Error::SandboxNotFound { .. }
     ));
 
+    // Appending rewrites the file, so only up to a size.
+    let id = b.create(spec()).await.unwrap().id;
+    fake.put_file(id.as_str(), "/home/user/big.bin", &vec![0u8; 33 << 20]);
+    let e = b
+        .write_file(&id, "/workspace/big.bin", b"more".to_vec(), true)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("cat >>"), "{e}");
+
+    // A run that displays without end returns what fits, and says what it left out.
+    let many: Vec<serde_json::Value> = (0..1005)
+        .map(|i| json!({"type": "result", "text": i.to_string(), "extra": {}, "is_main_result": false}))
+        .collect();
+    fake.on_execute("for i in range(1005): display(i)", ExecReply::lines(many));
+    let out = b
+        .exec(
+            &id,
+            py("for i in range(1005): display(i)"),
+            ExecContext::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.results.len(), runbox_core::capture::MAX_RESULTS);
+    assert!(
+        out.notes.iter().any(|n| n.starts_with("5 rich results")),
+        "{:?}",
+        out.notes
+    );
+
     // Egress to chosen hosts is not something the provider offers.
     let e = b
         .create(SandboxSpec {

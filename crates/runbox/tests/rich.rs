@@ -63,6 +63,26 @@ Card()
     b.close(&id).await.unwrap();
 }
 
+/// A display() flood stops at the cap, in the server's memory as in the answer.
+#[tokio::test]
+async fn endless_displays_stop_at_the_cap() {
+    let b = backend().await;
+    let id = sandbox(&b).await;
+    let o = py(&b, &id, "for i in range(1200): display(i)\n'last'").await;
+    assert!(o.succeeded(), "{o:?}");
+    assert_eq!(o.results.len(), runbox_core::capture::MAX_RESULTS + 1);
+    assert_eq!(mime(&o.results[999], "text/plain"), Some("999"));
+    let last = &o.results[1000];
+    assert!(last.is_main_result);
+    assert_eq!(mime(last, "text/plain"), Some("'last'"));
+    assert!(
+        o.notes.iter().any(|n| n.starts_with("200 rich results")),
+        "{:?}",
+        o.notes
+    );
+    b.close(&id).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_broken_repr_does_not_lose_the_run() {
     let b = backend().await;

@@ -273,7 +273,7 @@ impl Kernel {
         let mut out_scan = MarkerScanner::new(marker.as_bytes());
         let mut err_scan = MarkerScanner::new(marker.as_bytes());
         let mut watchdog = Watchdog::new(req.timeout, grace, ctx.cancel.clone());
-        let mut results = Vec::new();
+        let mut results = runbox_core::capture::Results::new();
         let mut error = None;
         let mut done = false;
         let mut died: Option<String> = None;
@@ -350,6 +350,7 @@ impl Kernel {
         out.push(OutputStream::Stderr, &err_scan.flush());
         let (stdout, stderr, truncated) = out.finish();
 
+        let (results, dropped) = results.finish();
         let mut outcome = ExecOutcome {
             stdout,
             stderr,
@@ -359,6 +360,7 @@ impl Kernel {
             truncated,
             ..Default::default()
         };
+        outcome.notes.extend(dropped);
         let cause = watchdog.cause();
         watchdog.record(&mut outcome, "was interrupted");
         let kernel_alive = died.is_none();
