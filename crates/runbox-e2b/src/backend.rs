@@ -213,8 +213,8 @@ impl E2bBackend {
         Some(live)
     }
 
-    /// Pushes the provider's timer on when a good part of it has passed, so a sandbox in use
-    /// is never ended by it.
+    /// Pushes the provider's timer on when a quarter of it has passed, so a sandbox in use
+    /// is never ended by it: every use that keeps the registry from reaping it comes here.
     async fn extend(&self, id: &SandboxId, live: &Live) -> Result<()> {
         let due = lock(&live.extended_at).elapsed() > live.lifetime / 4;
         if !due {
@@ -527,7 +527,9 @@ impl Backend for E2bBackend {
             }
         };
         let idle = spec.idle_timeout.unwrap_or(self.config.default_lifetime);
-        let lifetime = (idle + idle / 2 + Duration::from_secs(600)).min(MAX_LIFETIME);
+        // Pushed on after a quarter of it (see `extend`), the provider's timer then always
+        // runs at least 1.125 idle timeouts past the last use: the registry reaps first.
+        let lifetime = (idle + idle / 2 + self.config.lifetime_margin).min(MAX_LIFETIME);
         let remote = self
             .api
             .create(NewSandboxSpec {
@@ -685,6 +687,7 @@ impl Backend for E2bBackend {
 
     async fn list_files(&self, id: &SandboxId, path: &str, recursive: bool) -> Result<Listing> {
         let live = self.running(id)?;
+        self.extend(id, &live).await?;
         let remote = live.remote();
         let depth = if recursive { LIST_DEPTH } else { 1 };
         let entries = self
@@ -707,6 +710,7 @@ impl Backend for E2bBackend {
         length: Option<u64>,
     ) -> Result<FileContent> {
         let live = self.running(id)?;
+        self.extend(id, &live).await?;
         let remote = live.remote();
         let info = self.stat(id, &remote, path).await?;
         if info.kind == FileType::Directory {

@@ -100,6 +100,9 @@ pub struct E2bConfig {
     /// How long a sandbox lives at the provider when nothing tells it otherwise (sandboxes
     /// of the pool); a sandbox's own idle timeout wins.
     pub default_lifetime: Duration,
+    /// How much longer than one and a half idle timeouts the provider is asked to keep a
+    /// sandbox (the room for a run in progress when the timer is pushed on).
+    pub lifetime_margin: Duration,
     /// Retries of a request the provider refused for now (429, 502, 503, 504).
     pub max_retries: u32,
     /// The limits reported for every sandbox; the template decides memory and CPU, runbox
@@ -118,6 +121,7 @@ impl std::fmt::Debug for E2bConfig {
             .field("sandbox_url", &self.sandbox_url)
             .field("request_timeout", &self.request_timeout)
             .field("default_lifetime", &self.default_lifetime)
+            .field("lifetime_margin", &self.lifetime_margin)
             .field("max_retries", &self.max_retries)
             .finish_non_exhaustive()
     }
@@ -137,6 +141,7 @@ impl E2bConfig {
             sandbox_url: None,
             request_timeout: Duration::from_secs(60),
             default_lifetime: Duration::from_secs(900),
+            lifetime_margin: Duration::from_secs(600),
             max_retries: 3,
             limits: Limits::default(),
         }

@@ -654,6 +654,49 @@ async fn provider_errors_become_clear_tool_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_in_use_has_its_life_at_the_provider_pushed_on() {
+    let fake = fake(Provider::E2b, Chunking::Whole).await;
+    let mut c = E2bConfig::new("e2b.app");
+    c.api_url = Some(fake.api_url());
+    c.sandbox_url = Some(fake.sandbox_url());
+    c.api_key = Some(Credential::new(KEY));
+    c.lifetime_margin = Duration::ZERO;
+    let b = E2bBackend::new(c).unwrap();
+    let id = b
+        .create(SandboxSpec {
+            idle_timeout: Some(Duration::from_secs(2)),
+            ..spec()
+        })
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(fake.sandboxes()[0].timeout_secs, 3, "1.5 idle timeouts");
+    let timeouts = || {
+        fake.requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/timeout"))
+            .count()
+    };
+    // Used at once: nothing to push on yet.
+    b.list_files(&id, "/home/user", false).await.unwrap();
+    assert_eq!(timeouts(), 0);
+    // Used after a quarter of its life: the timer starts again.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    b.list_files(&id, "/home/user", false).await.unwrap();
+    assert_eq!(timeouts(), 1);
+    let set = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/timeout"))
+        .unwrap();
+    assert_eq!(set.json().unwrap(), json!({"timeout": 3}));
+    b.list_files(&id, "/home/user", false).await.unwrap();
+    assert_eq!(timeouts(), 1, "not again so soon");
+    b.close(&id).await.unwrap();
+    fake.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_kills_every_sandbox() {
     let fake = fake(Provider::Novita, Chunking::Whole).await;
     let b = backend(&fake, Provider::Novita);
