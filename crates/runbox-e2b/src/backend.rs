@@ -382,19 +382,7 @@ impl E2bBackend {
             tracing::warn!(sandbox = %id, pid, "could not kill a command past its timeout: {e}");
         }
         drop(stream);
-        for (c, s) in [
-            (&mut stdout, OutputStream::Stdout),
-            (&mut stderr, OutputStream::Stderr),
-        ] {
-            if let (Some(text), Some(sink)) = (c.flush_live(), &ctx.output) {
-                sink(OutputChunk { stream: s, text });
-            }
-        }
-        let (out, t1) = stdout.finish();
-        let (err, t2) = stderr.finish();
-        outcome.stdout = out;
-        outcome.stderr = err;
-        outcome.truncated = t1 || t2;
+        finish_output(&mut outcome, stdout, stderr, ctx);
         outcome.exit_code = Some(match &end {
             Some(e) if e.exited => e.exit_code,
             Some(e) => signal_status(&e.status).unwrap_or(e.exit_code),
@@ -450,6 +438,28 @@ fn signal_status(status: &str) -> Option<i32> {
         "interrupt" => Some(130),
         _ => Some(128),
     }
+}
+
+/// Streams what the captures held back, and puts their text in `outcome`.
+fn finish_output(
+    outcome: &mut ExecOutcome,
+    mut stdout: Capture,
+    mut stderr: Capture,
+    ctx: &ExecContext,
+) {
+    for (c, stream) in [
+        (&mut stdout, OutputStream::Stdout),
+        (&mut stderr, OutputStream::Stderr),
+    ] {
+        if let (Some(text), Some(sink)) = (c.flush_live(), &ctx.output) {
+            sink(OutputChunk { stream, text });
+        }
+    }
+    let (out, t1) = stdout.finish();
+    let (err, t2) = stderr.finish();
+    outcome.stdout = out;
+    outcome.stderr = err;
+    outcome.truncated = t1 || t2;
 }
 
 fn capture(c: &mut Capture, stream: OutputStream, bytes: &[u8], ctx: &ExecContext) {
@@ -652,19 +662,7 @@ impl Backend for E2bBackend {
         let (kept, dropped) = results.finish();
         outcome.results = kept;
         outcome.notes.extend(dropped);
-        for (c, s) in [
-            (&mut stdout, OutputStream::Stdout),
-            (&mut stderr, OutputStream::Stderr),
-        ] {
-            if let (Some(text), Some(sink)) = (c.flush_live(), &ctx.output) {
-                sink(OutputChunk { stream: s, text });
-            }
-        }
-        let (out, t1) = stdout.finish();
-        let (err, t2) = stderr.finish();
-        outcome.stdout = out;
-        outcome.stderr = err;
-        outcome.truncated = t1 || t2;
+        finish_output(&mut outcome, stdout, stderr, &ctx);
         if let Some(stop) = stop {
             return Ok(stopped(outcome, stop, started));
         }
