@@ -436,6 +436,60 @@ fn boundary() -> String {
 mod tests {
     use super::*;
 
+    fn stream(frames: &[(u8, &str)]) -> ProcessStream {
+        let mut body = Vec::new();
+        for (flags, json) in frames {
+            let mut e = envelope(json.as_bytes());
+            e[0] = *flags;
+            body.extend(e);
+        }
+        let http = Http {
+            client: reqwest::Client::new(),
+            provider: Provider::E2b,
+            max_retries: 0,
+        };
+        let response = reqwest::Response::from(http::Response::new(body));
+        ProcessStream {
+            body: Box::pin(response.bytes_stream()),
+            decoder: Decoder::default(),
+            http,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_must_end_with_its_end_envelope() {
+        let mut s = stream(&[
+            (0, r#"{"event":{"start":{"pid":7}}}"#),
+            (0, r#"{"event":{"keepalive":{}}}"#),
+            (0, r#"{"event":{"data":{"stdout":"aGkK"}}}"#),
+        ]);
+        assert_eq!(s.next().await.unwrap().unwrap().start.unwrap().pid, 7);
+        // The keepalive is skipped.
+        assert_eq!(
+            s.next().await.unwrap().unwrap().data.unwrap().stdout,
+            b"hi\n"
+        );
+        let e = s.next().await.unwrap_err();
+        assert!(e.to_string().contains("stream ended before its end"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_end_envelope_carries_the_call_s_outcome() {
+        let mut s = stream(&[(0, r#"{"event":{"end":{}}}"#), (2, "{}")]);
+        let end = s.next().await.unwrap().unwrap().end.unwrap();
+        assert_eq!((end.exit_code, end.exited), (0, false));
+        assert!(s.next().await.unwrap().is_none());
+        let mut s = stream(&[(
+            2,
+            r#"{"error":{"code":"deadline_exceeded","message":"too long"}}"#,
+        )]);
+        let e = s.next().await.unwrap_err();
+        assert_eq!(
+            (e.code(), e.status()),
+            (Some("deadline_exceeded"), Some(408))
+        );
+    }
+
     #[test]
     fn codes_and_statuses_map_both_ways() {
         for code in [
