@@ -263,7 +263,11 @@ impl E2bBackend {
             }
             Ok::<_, ProviderError>(code)
         };
-        match linked.await {
+        let deadline = self.config.request_timeout + KILL_GRACE;
+        match tokio::time::timeout(deadline, linked)
+            .await
+            .unwrap_or(Ok(None))
+        {
             Ok(Some(0)) => {}
             Ok(code) => tracing::warn!(
                 sandbox = %id,
@@ -553,12 +557,12 @@ impl Backend for E2bBackend {
             .map_err(|e| e.into_core(None))?;
         let id = SandboxId::from(remote.id.clone());
         tracing::info!(sandbox = %id, template = %remote.template, "cloud sandbox created");
-        self.link_workspace(&id, &remote).await;
         let limits = spec.limits.unwrap_or_else(|| self.config.limits.clone());
+        // Known at once, so that a shutdown ends it even if this call goes no further.
         lock(&self.live).insert(
             id.clone(),
             Arc::new(Live {
-                remote: Mutex::new(remote),
+                remote: Mutex::new(remote.clone()),
                 created_at: SystemTime::now(),
                 limits: limits.clone(),
                 lifetime,
@@ -569,6 +573,7 @@ impl Backend for E2bBackend {
                 next_process: Mutex::new(0),
             }),
         );
+        self.link_workspace(&id, &remote).await;
         Ok(SandboxInfo {
             id,
             created_at: SystemTime::now(),
