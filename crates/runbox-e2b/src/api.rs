@@ -74,6 +74,23 @@ pub(crate) struct SandboxDetail {
     pub(crate) cpu_count: Option<f64>,
     #[serde(rename = "memoryMB", default)]
     pub(crate) memory_mb: Option<u64>,
+    #[serde(rename = "diskSizeMB", default)]
+    pub(crate) disk_size_mb: Option<u64>,
+}
+
+impl SandboxDetail {
+    /// `limits` with the memory, CPUs and disk the provider gave the sandbox.
+    pub(crate) fn apply(&self, limits: &mut runbox_core::Limits) {
+        if let Some(mb) = self.memory_mb.filter(|m| *m > 0) {
+            limits.memory_mb = mb;
+        }
+        if let Some(cpus) = self.cpu_count.filter(|c| *c > 0.0) {
+            limits.cpus = cpus;
+        }
+        if let Some(mb) = self.disk_size_mb.filter(|m| *m > 0) {
+            limits.workspace_mb = mb;
+        }
+    }
 }
 
 /// The create body, modern E2B and Novita.

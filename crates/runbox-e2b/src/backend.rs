@@ -113,7 +113,8 @@ impl BackgroundState {
 struct Live {
     remote: Mutex<Remote>,
     created_at: SystemTime,
-    limits: Limits,
+    /// The output cap runbox applies, and the memory, CPUs and disk the provider reports.
+    limits: Mutex<Limits>,
     /// How long the provider is asked to keep it, from each extension.
     lifetime: Duration,
     extended_at: Mutex<Instant>,
@@ -321,8 +322,8 @@ impl E2bBackend {
             stdin: false,
         };
         let mut outcome = ExecOutcome::default();
-        let mut stdout = Capture::new(live.limits.output_bytes);
-        let mut stderr = Capture::new(live.limits.output_bytes);
+        let mut stdout = Capture::new(lock(&live.limits).output_bytes);
+        let mut stderr = Capture::new(lock(&live.limits).output_bytes);
         let deadline = tokio::time::sleep(req.timeout + KILL_GRACE);
         tokio::pin!(deadline);
         let mut stream = tokio::select! {
@@ -557,23 +558,30 @@ impl Backend for E2bBackend {
             .map_err(|e| e.into_core(None))?;
         let id = SandboxId::from(remote.id.clone());
         tracing::info!(sandbox = %id, template = %remote.template, "cloud sandbox created");
-        let limits = spec.limits.unwrap_or_else(|| self.config.limits.clone());
+        let mut limits = spec.limits.unwrap_or_else(|| self.config.limits.clone());
         // Known at once, so that a shutdown ends it even if this call goes no further.
-        lock(&self.live).insert(
-            id.clone(),
-            Arc::new(Live {
-                remote: Mutex::new(remote.clone()),
-                created_at: SystemTime::now(),
-                limits: limits.clone(),
-                lifetime,
-                extended_at: Mutex::new(Instant::now()),
-                paused: Mutex::new(false),
-                kernels: Mutex::new(BTreeSet::new()),
-                processes: Mutex::new(BTreeMap::new()),
-                next_process: Mutex::new(0),
-            }),
-        );
-        self.link_workspace(&id, &remote).await;
+        let live = Arc::new(Live {
+            remote: Mutex::new(remote.clone()),
+            created_at: SystemTime::now(),
+            limits: Mutex::new(limits.clone()),
+            lifetime,
+            extended_at: Mutex::new(Instant::now()),
+            paused: Mutex::new(false),
+            kernels: Mutex::new(BTreeSet::new()),
+            processes: Mutex::new(BTreeMap::new()),
+            next_process: Mutex::new(0),
+        });
+        lock(&self.live).insert(id.clone(), Arc::clone(&live));
+        // The template decides memory, CPUs and disk: ask what they are while /workspace is
+        // linked.
+        let (detail, ()) = tokio::join!(self.api.get(&remote), self.link_workspace(&id, &remote));
+        match detail {
+            Ok(d) => {
+                d.apply(&mut limits);
+                *lock(&live.limits) = limits.clone();
+            }
+            Err(e) => tracing::debug!(sandbox = %id, "no details of the new sandbox: {e}"),
+        }
         Ok(SandboxInfo {
             id,
             created_at: SystemTime::now(),
@@ -625,8 +633,8 @@ impl Backend for E2bBackend {
         };
         lock(&live.kernels).insert(req.language);
         let mut lines = Lines::new(response);
-        let mut stdout = Capture::new(live.limits.output_bytes);
-        let mut stderr = Capture::new(live.limits.output_bytes);
+        let mut stdout = Capture::new(lock(&live.limits).output_bytes);
+        let mut stderr = Capture::new(lock(&live.limits).output_bytes);
         let mut results = Results::new();
         let mut ended = false;
         // Dropping the stream closes the connection, which interrupts the execution.
@@ -1023,13 +1031,8 @@ impl Backend for E2bBackend {
             Some("paused") => SandboxState::Paused,
             _ => SandboxState::Running,
         };
-        let mut limits = live.limits.clone();
-        if let Some(mb) = detail.memory_mb.filter(|m| *m > 0) {
-            limits.memory_mb = mb;
-        }
-        if let Some(cpus) = detail.cpu_count.filter(|c| *c > 0.0) {
-            limits.cpus = cpus;
-        }
+        let mut limits = lock(&live.limits).clone();
+        detail.apply(&mut limits);
         let processes = lock(&live.processes)
             .values()
             .map(|p| lock(&p.state).info.clone())

@@ -98,6 +98,15 @@ async fn whole_flow(provider: Provider, chunking: Chunking) {
         assert!(id.as_str().contains('-'), "legacy ids are composite: {id}");
     }
     assert_eq!(info.languages, Language::ALL);
+    // Memory, CPUs and disk are the template's, as the provider reports them.
+    assert_eq!(
+        (
+            info.limits.memory_mb,
+            info.limits.cpus,
+            info.limits.workspace_mb
+        ),
+        (512, 2.0, 1024)
+    );
     assert!(info.allowed_hosts.is_empty(), "network none by default");
     let created = &fake.sandboxes()[0];
     assert_eq!(created.id, id.as_str());
