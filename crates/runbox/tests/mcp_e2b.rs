@@ -384,3 +384,84 @@ async fn bad_e2b_settings_are_refused_at_start() {
         assert!(err.contains(expected), "{args:?}: {err}");
     }
 }
+
+/// Output of a cloud run arrives as progress while it runs; the audit log and the metrics
+/// count cloud runs as they count local ones, and name a passed-through key only by its
+/// hash.
+#[tokio::test]
+async fn progress_audit_and_metrics_work_on_cloud_sandboxes() {
+    use rmcp::model::{ClientRequest, ServerResult};
+    use rmcp::service::PeerRequestOptions;
+    use std::time::{Duration, Instant};
+
+    let fake = fake(Provider::E2b).await;
+    fake.on_execute(
+        "work()",
+        ExecReply::stdout("step one\n").with_delay(Duration::from_millis(1500)),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let server = server(
+        &fake,
+        "e2b.app",
+        &[
+            "--auth",
+            "passthrough",
+            "--audit-log",
+            audit.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let client = client_with_token(&server.url, ALICE, Revision::Legacy).await;
+    let id = structured(&call(&client, "create_sandbox", json!({})).await)["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let params = rmcp::model::CallToolRequestParams::new("run_code").with_arguments(
+        json!({"code": "work()", "sandbox_id": id})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let handle = client
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params)),
+            PeerRequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    let result = handle.await_response().await.unwrap();
+    let done = Instant::now();
+    let ServerResult::CallToolResult(result) = result else {
+        panic!("unexpected {result:?}")
+    };
+    assert_eq!(structured(&result)["stdout"], "step one\n");
+    let seen = client.service().progress.lock().unwrap().clone();
+    let first = seen
+        .iter()
+        .find(|(_, p)| p.message.as_deref().is_some_and(|m| m.contains("step one")))
+        .expect("output came as progress");
+    assert!(
+        done.duration_since(first.0) > Duration::from_millis(800),
+        "progress was not live"
+    );
+    call(&client, "close_sandbox", json!({"sandbox_id": id})).await;
+    client.cancel().await.unwrap();
+
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains("runbox_runs_total{language=\"python\",outcome=\"ok\"} 1"),
+        "{metrics}"
+    );
+    let log = std::fs::read_to_string(&audit).unwrap();
+    assert!(!log.contains(ALICE), "the key is never written");
+    let run: Value = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["tool"] == "run_code")
+        .unwrap();
+    assert!(run["tenant"].as_str().unwrap().starts_with("key-"), "{run}");
+    assert_eq!(run["sandbox_id"], id.as_str());
+    assert_eq!(run["outcome"], "ok");
+    fake.assert_clean();
+}
