@@ -31,7 +31,7 @@ use crate::config::E2bConfig;
 use crate::envd::{ProcessStream, Sandboxes};
 use crate::http::{Http, ProviderError, Retry, Surface};
 use crate::interpreter::{Line, Lines, LinesError, language_name, parse_line};
-use crate::proto::{EntryInfo, FileType, ProcessConfig, StartRequest};
+use crate::proto::{EntryInfo, FileType, StartRequest};
 
 /// Most bytes one read returns when the caller names no length.
 const MAX_READ: u64 = 8 << 20;
@@ -237,15 +237,7 @@ impl E2bBackend {
     /// works, with files in the home.
     async fn link_workspace(&self, id: &SandboxId, remote: &Remote) {
         let none = BTreeMap::new();
-        let start = StartRequest {
-            process: ProcessConfig {
-                cmd: "/bin/bash",
-                args: vec!["-c", LINK_WORKSPACE],
-                envs: &none,
-                cwd: None,
-            },
-            stdin: false,
-        };
+        let start = StartRequest::shell(LINK_WORKSPACE, &none, None);
         let linked = async {
             let mut stream = self
                 .sandboxes
@@ -312,15 +304,7 @@ impl E2bBackend {
         self.extend(id, live).await?;
         let remote = live.remote();
         let started = Instant::now();
-        let start = StartRequest {
-            process: ProcessConfig {
-                cmd: "/bin/bash",
-                args: vec!["-l", "-c", &req.command],
-                envs: &req.env,
-                cwd: req.cwd.as_deref(),
-            },
-            stdin: false,
-        };
+        let start = StartRequest::shell(&req.command, &req.env, req.cwd.as_deref());
         let mut outcome = ExecOutcome::default();
         let mut stdout = Capture::new(lock(&live.limits).output_bytes);
         let mut stderr = Capture::new(lock(&live.limits).output_bytes);
@@ -833,15 +817,7 @@ impl Backend for E2bBackend {
         let live = self.running(id)?;
         self.extend(id, &live).await?;
         let remote = live.remote();
-        let start = StartRequest {
-            process: ProcessConfig {
-                cmd: "/bin/bash",
-                args: vec!["-l", "-c", &req.command],
-                envs: &req.env,
-                cwd: req.cwd.as_deref(),
-            },
-            stdin: false,
-        };
+        let start = StartRequest::shell(&req.command, &req.env, req.cwd.as_deref());
         let mut stream = self
             .sandboxes
             .start(&remote, &start, None, None)

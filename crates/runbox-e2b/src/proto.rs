@@ -27,6 +27,25 @@ pub(crate) struct StartRequest<'a> {
     pub(crate) stdin: bool,
 }
 
+impl<'a> StartRequest<'a> {
+    /// `command` run by a login bash (as the SDKs run commands), stdin closed.
+    pub(crate) fn shell(
+        command: &'a str,
+        envs: &'a BTreeMap<String, String>,
+        cwd: Option<&'a str>,
+    ) -> Self {
+        Self {
+            process: ProcessConfig {
+                cmd: "/bin/bash",
+                args: vec!["-l", "-c", command],
+                envs,
+                cwd,
+            },
+            stdin: false,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub(crate) struct PidSelector {
     pub(crate) pid: u32,

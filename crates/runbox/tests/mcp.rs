@@ -7,7 +7,7 @@ mod util;
 
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, ClientRequest, ProtocolVersion, ServerResult};
+use rmcp::model::{CallToolRequestParams, ClientRequest, ProtocolVersion};
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Value, json};
 use util::mcp::*;
@@ -422,24 +422,12 @@ async fn idle_sandboxes_expire() {
 #[tokio::test]
 async fn output_streams_as_progress_notifications() {
     let (client, recorder) = stdio_client(&["--pool", "0"], Revision::Legacy).await;
-    let params = CallToolRequestParams::new("run_code").with_arguments(
-        json!({"code": "import time, sys\nprint('step one', flush=True)\ntime.sleep(1.5)\nprint('warn', file=sys.stderr)\nprint('step two')"})
-            .as_object()
-            .unwrap()
-            .clone(),
-    );
-    let handle = client
-        .send_cancellable_request(
-            ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params)),
-            PeerRequestOptions::default(),
-        )
-        .await
-        .unwrap();
-    let result = handle.await_response().await.unwrap();
-    let done = Instant::now();
-    let ServerResult::CallToolResult(result) = result else {
-        panic!("unexpected {result:?}")
-    };
+    let (result, done) = call_with_progress(
+        &client,
+        "run_code",
+        json!({"code": "import time, sys\nprint('step one', flush=True)\ntime.sleep(1.5)\nprint('warn', file=sys.stderr)\nprint('step two')"}),
+    )
+    .await;
     assert_eq!(structured(&result)["stdout"], "step one\nstep two\n");
     let seen = recorder.progress.lock().unwrap().clone();
     let messages: Vec<String> = seen.iter().filter_map(|(_, p)| p.message.clone()).collect();

@@ -390,9 +390,7 @@ async fn bad_e2b_settings_are_refused_at_start() {
 /// hash.
 #[tokio::test]
 async fn progress_audit_and_metrics_work_on_cloud_sandboxes() {
-    use rmcp::model::{ClientRequest, ServerResult};
-    use rmcp::service::PeerRequestOptions;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let fake = fake(Provider::E2b).await;
     fake.on_execute(
@@ -417,24 +415,12 @@ async fn progress_audit_and_metrics_work_on_cloud_sandboxes() {
         .as_str()
         .unwrap()
         .to_owned();
-    let params = rmcp::model::CallToolRequestParams::new("run_code").with_arguments(
-        json!({"code": "work()", "sandbox_id": id})
-            .as_object()
-            .unwrap()
-            .clone(),
-    );
-    let handle = client
-        .send_cancellable_request(
-            ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params)),
-            PeerRequestOptions::default(),
-        )
-        .await
-        .unwrap();
-    let result = handle.await_response().await.unwrap();
-    let done = Instant::now();
-    let ServerResult::CallToolResult(result) = result else {
-        panic!("unexpected {result:?}")
-    };
+    let (result, done) = call_with_progress(
+        &client,
+        "run_code",
+        json!({"code": "work()", "sandbox_id": id}),
+    )
+    .await;
     assert_eq!(structured(&result)["stdout"], "step one\n");
     let seen = client.service().progress.lock().unwrap().clone();
     let first = seen

@@ -227,6 +227,31 @@ pub async fn client_with_token(url: &str, token: &str, revision: Revision) -> Cl
         .unwrap()
 }
 
+/// Calls `tool` as a request the client could cancel (so that the server sends progress
+/// for it); the answer, and when it came.
+pub async fn call_with_progress(
+    client: &Client,
+    tool: &str,
+    args: Value,
+) -> (CallToolResult, Instant) {
+    use rmcp::model::{CallToolRequest, ClientRequest, ServerResult};
+    let params = CallToolRequestParams::new(tool.to_owned())
+        .with_arguments(args.as_object().unwrap().clone());
+    let handle = client
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            rmcp::service::PeerRequestOptions::default(),
+        )
+        .await
+        .unwrap();
+    let result = handle.await_response().await.unwrap();
+    let done = Instant::now();
+    let ServerResult::CallToolResult(result) = result else {
+        panic!("unexpected {result:?}")
+    };
+    (result, done)
+}
+
 pub async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
     let params = CallToolRequestParams::new(tool.to_owned())
         .with_arguments(args.as_object().unwrap().clone());
