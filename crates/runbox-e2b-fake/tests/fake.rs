@@ -70,6 +70,16 @@ async fn create(fake: &Fake, key: &str, body: Value) -> reqwest::Response {
         .unwrap()
 }
 
+/// `GET /sandboxes/{id}` with `key`.
+async fn get_sandbox(fake: &Fake, key: &str, id: &str) -> reqwest::Response {
+    client()
+        .get(format!("{}/sandboxes/{id}", fake.api_url()))
+        .header("x-api-key", key)
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn create_ok(fake: &Fake) -> Value {
     let resp = create(
         fake,
@@ -306,12 +316,7 @@ async fn well_formed_flow_is_clean() {
         .unwrap();
     assert_eq!(resp.status(), 204);
     assert_eq!(fake.sandboxes()[0].timeout_secs, 900);
-    let resp = c
-        .get(format!("{}/sandboxes/sbx1", fake.api_url()))
-        .header("x-api-key", KEY)
-        .send()
-        .await
-        .unwrap();
+    let resp = get_sandbox(&fake, KEY, "sbx1").await;
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["state"], "running");
     assert_eq!(v["cpuCount"], 2);
@@ -560,12 +565,7 @@ async fn breaches_are_violations() {
         .unwrap();
     assert_eq!(resp.status(), 401);
     let n = fake.violations().len();
-    let resp = client()
-        .get(format!("{}/sandboxes/sbx1", fake.api_url()))
-        .header("x-api-key", "other")
-        .send()
-        .await
-        .unwrap();
+    let resp = get_sandbox(&fake, "other", "sbx1").await;
     assert_eq!(resp.status(), 401);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["code"], 401);
@@ -617,12 +617,7 @@ async fn bytewise_chunking_still_parses() {
     );
 
     // Plain bodies too.
-    let resp = client()
-        .get(format!("{}/sandboxes/sbx1", fake.api_url()))
-        .header("x-api-key", KEY)
-        .send()
-        .await
-        .unwrap();
+    let resp = get_sandbox(&fake, KEY, "sbx1").await;
     let (body, chunks) = read_all(resp).await;
     assert_eq!(chunks, body.len());
     let v: Value = serde_json::from_slice(&body).unwrap();
@@ -813,12 +808,7 @@ async fn keys_are_teams() {
     let fake = fake_with(Provider::E2b, Chunking::Whole).await;
     create_ok(&fake).await;
     let c = client();
-    let resp = c
-        .get(format!("{}/sandboxes/sbx1", fake.api_url()))
-        .header("x-api-key", "key_b")
-        .send()
-        .await
-        .unwrap();
+    let resp = get_sandbox(&fake, "key_b", "sbx1").await;
     assert_eq!(resp.status(), 404);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["code"], 404);
@@ -995,12 +985,7 @@ async fn novita_legacy_uses_composite_ids() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let resp = client()
-        .get(format!("{}/sandboxes/{id}", fake.api_url()))
-        .header("x-api-key", "sk_legacy")
-        .send()
-        .await
-        .unwrap();
+    let resp = get_sandbox(&fake, "sk_legacy", &id).await;
     assert_eq!(resp.status(), 200);
     fake.assert_clean();
 
@@ -1019,12 +1004,7 @@ async fn novita_legacy_uses_composite_ids() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 599);
-    let resp = client()
-        .get(format!("{}/sandboxes/sbx1", fake.api_url()))
-        .header("x-api-key", "sk_legacy")
-        .send()
-        .await
-        .unwrap();
+    let resp = get_sandbox(&fake, "sk_legacy", "sbx1").await;
     assert_eq!(resp.status(), 599);
     assert_eq!(fake.violations().len(), 2);
     // snake_case allow_internet_access and secure:true are wrong on legacy.
@@ -1200,12 +1180,7 @@ async fn lifecycle_pause_connect_expire() {
 
     fake.expire("sbx1");
     assert!(fake.sandboxes().is_empty());
-    let resp = c
-        .get(format!("{}/sandboxes/sbx1", fake.api_url()))
-        .header("x-api-key", KEY)
-        .send()
-        .await
-        .unwrap();
+    let resp = get_sandbox(&fake, KEY, "sbx1").await;
     assert_eq!(resp.status(), 404);
     let resp = execute_req(&fake, "sbx1", "envd-tok-1", json!({"code": "x"}))
         .send()
