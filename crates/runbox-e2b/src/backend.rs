@@ -128,6 +128,25 @@ impl Live {
     fn remote(&self) -> Remote {
         lock(&self.remote).clone()
     }
+
+    fn process(&self, id: &ProcessId) -> Result<Arc<Background>> {
+        lock(&self.processes)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::ProcessNotFound { id: id.to_string() })
+    }
+}
+
+/// The text of `buf`, emptied but for a character cut at its end while more may come.
+fn take_text(buf: &mut Vec<u8>, more: bool) -> String {
+    let keep = match std::str::from_utf8(buf) {
+        Err(e) if more && e.error_len().is_none() => buf.len() - e.valid_up_to(),
+        _ => 0,
+    };
+    let rest = buf.split_off(buf.len() - keep);
+    let text = String::from_utf8_lossy(buf).into_owned();
+    *buf = rest;
+    text
 }
 
 /// E2B-compatible cloud sandboxes (E2B, Novita, self-hosted).
@@ -882,13 +901,7 @@ impl Backend for E2bBackend {
         wait: Duration,
     ) -> Result<ProcessOutput> {
         let live = self.get(id)?;
-        let p =
-            lock(&live.processes)
-                .get(process)
-                .cloned()
-                .ok_or_else(|| Error::ProcessNotFound {
-                    id: process.to_string(),
-                })?;
+        let p = live.process(process)?;
         let mut rx = p.changed.subscribe();
         let has_news = |p: &Background| {
             let s = lock(&p.state);
@@ -905,10 +918,11 @@ impl Backend for E2bBackend {
             .await;
         }
         let mut s = lock(&p.state);
+        let more = s.info.running();
         let out = ProcessOutput {
             info: s.info.clone(),
-            stdout: String::from_utf8_lossy(&std::mem::take(&mut s.stdout)).into_owned(),
-            stderr: String::from_utf8_lossy(&std::mem::take(&mut s.stderr)).into_owned(),
+            stdout: take_text(&mut s.stdout, more),
+            stderr: take_text(&mut s.stderr, more),
             dropped_bytes: std::mem::take(&mut s.dropped),
         };
         Ok(out)
@@ -916,13 +930,7 @@ impl Backend for E2bBackend {
 
     async fn kill_process(&self, id: &SandboxId, process: &ProcessId) -> Result<ProcessInfo> {
         let live = self.get(id)?;
-        let p =
-            lock(&live.processes)
-                .get(process)
-                .cloned()
-                .ok_or_else(|| Error::ProcessNotFound {
-                    id: process.to_string(),
-                })?;
+        let p = live.process(process)?;
         if !lock(&p.state).info.running() {
             return Ok(lock(&p.state).info.clone());
         }
@@ -1127,6 +1135,22 @@ mod tests {
         assert_eq!(shown("/home/user/a/b.txt"), "/workspace/a/b.txt");
         assert_eq!(shown("/home/username"), "/home/username");
         assert_eq!(shown("/tmp/x"), "/tmp/x");
+    }
+
+    #[test]
+    fn a_character_cut_between_reads_waits_for_its_end() {
+        let euro = "€".as_bytes();
+        let mut buf = [b"a".as_slice(), &euro[..2]].concat();
+        assert_eq!(take_text(&mut buf, true), "a");
+        assert_eq!(buf, &euro[..2]);
+        buf.extend_from_slice(&euro[2..]);
+        assert_eq!(take_text(&mut buf, true), "€");
+        assert!(buf.is_empty());
+        // Once the process has ended nothing more comes: what is left is shown.
+        let mut buf = euro[..1].to_vec();
+        assert_eq!(take_text(&mut buf, false), "\u{FFFD}");
+        let mut bad = b"x\xffy".to_vec();
+        assert_eq!(take_text(&mut bad, true), "x\u{FFFD}y");
     }
 
     #[test]
