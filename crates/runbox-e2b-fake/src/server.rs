@@ -26,6 +26,11 @@ const MAX_BODY: usize = 256 << 20;
 pub(crate) fn spawn(listener: TcpListener, inner: Arc<Inner>) {
     let cancel = inner.cancel.clone();
     let app = Router::new().fallback(handle).with_state(inner);
+    // Small streamed chunks go out at once, as a provider's edge sends them (Nagle's
+    // algorithm would hold each behind the client's delayed ACK).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(cancel.cancelled_owned())
