@@ -116,6 +116,14 @@ pub(crate) struct RunArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct DoctorArgs {
+    /// Check this backend: local (this machine's isolation layers, the default) or e2b (the
+    /// provider, the key and the template, by running a cloud sandbox).
+    #[arg(long, env = "RUNBOX_BACKEND", value_name = "NAME")]
+    pub(crate) backend: Option<crate::config::BackendKind>,
+
+    #[command(flatten)]
+    pub(crate) e2b: crate::config::E2bArgs,
+
     #[command(flatten)]
     pub(crate) engine: EngineArgs,
 }

@@ -40,35 +40,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RUNBOX_BACKEND", value_name = "NAME")]
     pub(crate) backend: Option<BackendKind>,
 
-    /// The e2b backend's provider domain: e2b.app (E2B) [default], a Novita domain such as
-    /// us-phx-1.sandbox.novita.ai (legacy sandbox.novita.ai too), or a self-hosted one.
-    #[arg(long, env = "RUNBOX_E2B_DOMAIN", value_name = "DOMAIN")]
-    pub(crate) e2b_domain: Option<String>,
-
-    /// The template cloud sandboxes are made from [default: code-interpreter-v1].
-    #[arg(long, env = "RUNBOX_E2B_TEMPLATE", value_name = "NAME")]
-    pub(crate) e2b_template: Option<String>,
-
-    /// The operator's provider API key [default: $E2B_API_KEY, or $NOVITA_API_KEY for a
-    /// Novita domain]. Not with --auth passthrough, where each caller's key is used.
-    #[arg(
-        long,
-        env = "RUNBOX_E2B_API_KEY",
-        value_name = "KEY",
-        hide_env_values = true
-    )]
-    pub(crate) e2b_api_key: Option<String>,
-
-    /// The provider's control-plane base URL, instead of https://api.DOMAIN (self-hosted
-    /// gateways, tests).
-    #[arg(long, env = "RUNBOX_E2B_API_URL", value_name = "URL")]
-    pub(crate) e2b_api_url: Option<String>,
-
-    /// The base URL of a port of a cloud sandbox, instead of https://PORT-ID.DOMAIN, with
-    /// {port}, {sandbox_id} and {domain} substituted, e.g.
-    /// http://127.0.0.1:9000/{port}/{sandbox_id}.
-    #[arg(long, env = "RUNBOX_E2B_SANDBOX_URL", value_name = "TEMPLATE")]
-    pub(crate) e2b_sandbox_url: Option<String>,
+    #[command(flatten)]
+    pub(crate) e2b: E2bArgs,
 
     /// How callers authenticate over HTTP besides --tokens and --oauth-issuer:
     /// "passthrough" takes each caller's `Authorization: Bearer` value as their own provider
@@ -280,6 +253,108 @@ struct FileConfig {
     cgroup_parent: Option<PathBuf>,
 }
 
+/// The e2b backend's settings, as flags (`serve` and `doctor`).
+#[derive(Debug, Default, Args)]
+pub(crate) struct E2bArgs {
+    /// The e2b backend's provider domain: e2b.app (E2B) [default], a Novita domain such as
+    /// us-phx-1.sandbox.novita.ai (legacy sandbox.novita.ai too), or a self-hosted one.
+    #[arg(long = "e2b-domain", env = "RUNBOX_E2B_DOMAIN", value_name = "DOMAIN")]
+    pub(crate) domain: Option<String>,
+
+    /// The template cloud sandboxes are made from [default: code-interpreter-v1].
+    #[arg(
+        long = "e2b-template",
+        env = "RUNBOX_E2B_TEMPLATE",
+        value_name = "NAME"
+    )]
+    pub(crate) template: Option<String>,
+
+    /// The operator's provider API key [default: $E2B_API_KEY, or $NOVITA_API_KEY for a
+    /// Novita domain]. Not with --auth passthrough, where each caller's key is used.
+    #[arg(
+        long = "e2b-api-key",
+        env = "RUNBOX_E2B_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub(crate) api_key: Option<String>,
+
+    /// The provider's control-plane base URL, instead of https://api.DOMAIN (self-hosted
+    /// gateways, tests).
+    #[arg(long = "e2b-api-url", env = "RUNBOX_E2B_API_URL", value_name = "URL")]
+    pub(crate) api_url: Option<String>,
+
+    /// The base URL of a port of a cloud sandbox, instead of https://PORT-ID.DOMAIN, with
+    /// {port}, {sandbox_id} and {domain} substituted, e.g.
+    /// http://127.0.0.1:9000/{port}/{sandbox_id}.
+    #[arg(
+        long = "e2b-sandbox-url",
+        env = "RUNBOX_E2B_SANDBOX_URL",
+        value_name = "TEMPLATE"
+    )]
+    pub(crate) sandbox_url: Option<String>,
+}
+
+impl E2bArgs {
+    /// The flags set, each with its name.
+    fn given(&self) -> [(&'static str, bool); 5] {
+        [
+            ("--e2b-domain", self.domain.is_some()),
+            ("--e2b-template", self.template.is_some()),
+            ("--e2b-api-key", self.api_key.is_some()),
+            ("--e2b-api-url", self.api_url.is_some()),
+            ("--e2b-sandbox-url", self.sandbox_url.is_some()),
+        ]
+    }
+
+    /// The settings, with the key from the provider's variable (read through `env`) unless
+    /// given, or none at all with `passthrough`; checked.
+    pub(crate) fn settings(
+        self,
+        passthrough: bool,
+        env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
+    ) -> anyhow::Result<E2bSettings> {
+        let domain = self
+            .domain
+            .unwrap_or_else(|| runbox_e2b::E2B_DOMAIN.to_owned());
+        let provider = runbox_e2b::Provider::from_domain(&domain);
+        let api_key = if passthrough {
+            if self.api_key.is_some() {
+                bail!(
+                    "--auth passthrough keeps no key of its own: each caller's bearer value is \
+                     their key; leave out --e2b-api-key"
+                );
+            }
+            None
+        } else {
+            let from_env = provider
+                .key_variables()
+                .iter()
+                .find_map(|v| env(v).ok().filter(|k| !k.trim().is_empty()));
+            match self.api_key.or(from_env) {
+                Some(k) => Some(k.trim().to_owned()),
+                None => bail!(
+                    "the e2b backend needs an API key for {}: pass --e2b-api-key or set {}, or \
+                     use --auth passthrough so that each caller sends their own",
+                    provider.name(),
+                    provider.key_variables().join(" or ")
+                ),
+            }
+        };
+        let settings = E2bSettings {
+            domain,
+            template: self
+                .template
+                .unwrap_or_else(|| runbox_e2b::DEFAULT_TEMPLATE.to_owned()),
+            api_key,
+            api_url: self.api_url,
+            sandbox_url: self.sandbox_url,
+        };
+        settings.config().validate().map_err(anyhow::Error::msg)?;
+        Ok(settings)
+    }
+}
+
 /// Where sandboxes run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -308,6 +383,18 @@ pub(crate) struct E2bSettings {
     pub(crate) api_key: Option<String>,
     pub(crate) api_url: Option<String>,
     pub(crate) sandbox_url: Option<String>,
+}
+
+impl E2bSettings {
+    /// The backend's configuration for these settings (the rest at their defaults).
+    pub(crate) fn config(&self) -> runbox_e2b::E2bConfig {
+        let mut c = runbox_e2b::E2bConfig::new(&self.domain);
+        c.template.clone_from(&self.template);
+        c.api_key = self.api_key.as_deref().map(runbox_core::Credential::new);
+        c.api_url.clone_from(&self.api_url);
+        c.sandbox_url.clone_from(&self.sandbox_url);
+        c
+    }
 }
 
 impl std::fmt::Debug for E2bSettings {
@@ -686,31 +773,16 @@ impl ServeConfig {
         names.extend(args.pass_through_env);
         let pass_through_env = pass_through_env(&names, env)?;
 
+        let e2b_args = E2bArgs {
+            domain: args.e2b.domain.or(file.e2b_domain),
+            template: args.e2b.template.or(file.e2b_template),
+            api_key: args.e2b.api_key.or(file.e2b_api_key),
+            api_url: args.e2b.api_url.or(file.e2b_api_url),
+            sandbox_url: args.e2b.sandbox_url.or(file.e2b_sandbox_url),
+        };
         let e2b = match backend {
             BackendKind::Local => {
-                let flags = [
-                    (
-                        "--e2b-domain",
-                        args.e2b_domain.is_some() || file.e2b_domain.is_some(),
-                    ),
-                    (
-                        "--e2b-template",
-                        args.e2b_template.is_some() || file.e2b_template.is_some(),
-                    ),
-                    (
-                        "--e2b-api-key",
-                        args.e2b_api_key.is_some() || file.e2b_api_key.is_some(),
-                    ),
-                    (
-                        "--e2b-api-url",
-                        args.e2b_api_url.is_some() || file.e2b_api_url.is_some(),
-                    ),
-                    (
-                        "--e2b-sandbox-url",
-                        args.e2b_sandbox_url.is_some() || file.e2b_sandbox_url.is_some(),
-                    ),
-                ];
-                if let Some((flag, _)) = flags.iter().find(|(_, set)| *set) {
+                if let Some((flag, _)) = e2b_args.given().iter().find(|(_, set)| *set) {
                     bail!("{flag} applies to --backend e2b only");
                 }
                 None
@@ -729,51 +801,7 @@ impl ServeConfig {
                          network \"allowlist\"), or not at all"
                     );
                 }
-                let domain = args
-                    .e2b_domain
-                    .or(file.e2b_domain)
-                    .unwrap_or_else(|| runbox_e2b::E2B_DOMAIN.to_owned());
-                let provider = runbox_e2b::Provider::from_domain(&domain);
-                let flag_key = args.e2b_api_key.or(file.e2b_api_key);
-                let api_key = if passthrough {
-                    if flag_key.is_some() {
-                        bail!(
-                            "--auth passthrough keeps no key of its own: each caller's bearer \
-                             value is their key; leave out --e2b-api-key"
-                        );
-                    }
-                    None
-                } else {
-                    let from_env = provider
-                        .key_variables()
-                        .iter()
-                        .find_map(|v| env(v).ok().filter(|k| !k.trim().is_empty()));
-                    match flag_key.or(from_env) {
-                        Some(k) => Some(k.trim().to_owned()),
-                        None => bail!(
-                            "the e2b backend needs an API key for {}: pass --e2b-api-key or set {}, or \
-                             use --auth passthrough so that each caller sends their own",
-                            provider.name(),
-                            provider.key_variables().join(" or ")
-                        ),
-                    }
-                };
-                let settings = E2bSettings {
-                    domain,
-                    template: args
-                        .e2b_template
-                        .or(file.e2b_template)
-                        .unwrap_or_else(|| runbox_e2b::DEFAULT_TEMPLATE.to_owned()),
-                    api_key,
-                    api_url: args.e2b_api_url.or(file.e2b_api_url),
-                    sandbox_url: args.e2b_sandbox_url.or(file.e2b_sandbox_url),
-                };
-                let mut check = runbox_e2b::E2bConfig::new(&settings.domain);
-                check.template.clone_from(&settings.template);
-                check.api_url.clone_from(&settings.api_url);
-                check.sandbox_url.clone_from(&settings.sandbox_url);
-                check.validate().map_err(anyhow::Error::msg)?;
-                Some(settings)
+                Some(e2b_args.settings(passthrough, env)?)
             }
         };
 

@@ -1,5 +1,7 @@
 //! `runbox doctor`: one line per isolation layer, then proof: a real sandbox is started,
-//! its init's report is printed, and a process inside confirms what it sees.
+//! its init's report is printed, and a process inside confirms what it sees. With
+//! `--backend e2b`, the proof is a cloud sandbox: made with the configured key and template,
+//! used from each side (code, a command, a file), and killed.
 
 use std::time::{Duration, Instant};
 
@@ -46,6 +48,9 @@ impl Report {
 }
 
 pub(crate) async fn main(args: DoctorArgs) -> u8 {
+    if args.backend == Some(crate::config::BackendKind::E2b) {
+        return e2b(args.e2b).await;
+    }
     let mut r = Report::default();
     let probe = runbox_jail::probe::probe();
     let root = probe.euid == 0;
@@ -337,6 +342,119 @@ async fn sandbox_checks(r: &mut Report, backend: &LocalBackend, id: &SandboxId) 
                 runbox_core::chain(&e),
             ),
         }
+    }
+}
+
+/// The e2b backend's checks: settings, then a sandbox made, used and killed.
+async fn e2b(args: crate::config::E2bArgs) -> u8 {
+    let mut r = Report::default();
+    let settings = match args.settings(false, &|name| std::env::var(name)) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("runbox doctor: the e2b backend");
+            r.line(Status::Fail, "settings", format!("{e:#}"));
+            return finish_e2b(&r);
+        }
+    };
+    let config = settings.config();
+    println!(
+        "runbox doctor: the e2b backend: {} ({}{}), template {}",
+        config.provider.name(),
+        config.domain,
+        config
+            .api_url
+            .as_deref()
+            .map(|u| format!(", API at {u}"))
+            .unwrap_or_default(),
+        config.template
+    );
+    let backend = match runbox_e2b::E2bBackend::new(config) {
+        Ok(b) => b,
+        Err(e) => {
+            r.line(Status::Fail, "settings", e.to_string());
+            return finish_e2b(&r);
+        }
+    };
+    let started = Instant::now();
+    let info = match backend.create(SandboxSpec::default()).await {
+        Ok(info) => info,
+        Err(e) => {
+            r.line(Status::Fail, "sandbox", runbox_core::chain(&e));
+            return finish_e2b(&r);
+        }
+    };
+    let id = info.id;
+    r.line(
+        Status::Ok,
+        "sandbox",
+        format!(
+            "{id} made in {} ms ({} MiB, {} CPUs)",
+            started.elapsed().as_millis(),
+            info.limits.memory_mb,
+            info.limits.cpus
+        ),
+    );
+    let timeout = Duration::from_secs(60);
+    let started = Instant::now();
+    let python = ExecRequest::new(Language::Python, "print(1 + 1)", timeout);
+    match backend.exec(&id, python, ExecContext::default()).await {
+        Ok(o) => r.check(
+            o.succeeded() && o.stdout == "2\n",
+            "python",
+            format!(
+                "print(1 + 1) in the code interpreter: 2, in {} ms",
+                started.elapsed().as_millis()
+            ),
+            format!("print(1 + 1) gave {:?}, {:?}", o.stdout, o.error),
+        ),
+        Err(e) => r.line(Status::Fail, "python", runbox_core::chain(&e)),
+    }
+    let started = Instant::now();
+    let echo = runbox_core::CommandRequest::new("echo ok", timeout);
+    match backend.command(&id, echo, ExecContext::default()).await {
+        Ok(o) => r.check(
+            o.succeeded() && o.stdout == "ok\n",
+            "command",
+            format!(
+                "echo ok through envd, in {} ms",
+                started.elapsed().as_millis()
+            ),
+            format!("echo ok gave {:?}, exit {:?}", o.stdout, o.exit_code),
+        ),
+        Err(e) => r.line(Status::Fail, "command", runbox_core::chain(&e)),
+    }
+    let path = "/workspace/runbox-doctor.txt";
+    let written = backend.write_file(&id, path, b"ok".to_vec(), false).await;
+    let read = match written {
+        Ok(_) => backend.read_file(&id, path, 0, None).await.map(|c| c.data),
+        Err(e) => Err(e),
+    };
+    match read {
+        Ok(data) => r.check(
+            data == b"ok",
+            "files",
+            format!("{path} written and read back"),
+            format!("{path} read back as {data:?}"),
+        ),
+        Err(e) => r.line(Status::Fail, "files", runbox_core::chain(&e)),
+    }
+    match backend.close(&id).await {
+        Ok(()) => r.line(Status::Ok, "closed", format!("{id} killed")),
+        Err(e) => r.line(Status::Fail, "closed", runbox_core::chain(&e)),
+    }
+    finish_e2b(&r)
+}
+
+fn finish_e2b(r: &Report) -> u8 {
+    if r.failures.is_empty() {
+        println!("result: cloud sandboxes work with these settings");
+        0
+    } else {
+        println!("result: cloud sandboxes do not work with these settings:");
+        for f in &r.failures {
+            println!("  - {f}");
+        }
+        1
     }
 }
 

@@ -151,14 +151,7 @@ fn e2b_backend(
     config: &ServeConfig,
     settings: &crate::config::E2bSettings,
 ) -> anyhow::Result<Arc<dyn Backend>> {
-    let mut c = runbox_e2b::E2bConfig::new(&settings.domain);
-    c.template.clone_from(&settings.template);
-    c.api_key = settings
-        .api_key
-        .as_deref()
-        .map(runbox_core::Credential::new);
-    c.api_url.clone_from(&settings.api_url);
-    c.sandbox_url.clone_from(&settings.sandbox_url);
+    let mut c = settings.config();
     c.default_lifetime = config.sandbox_timeout;
     c.limits = config.limits.clone();
     tracing::info!(

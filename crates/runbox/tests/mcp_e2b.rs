@@ -451,3 +451,56 @@ async fn progress_audit_and_metrics_work_on_cloud_sandboxes() {
     assert_eq!(run["outcome"], "ok");
     fake.assert_clean();
 }
+
+/// `runbox doctor --backend e2b` proves the settings with a real (here: fake) cloud
+/// sandbox, and says plainly when the key is refused.
+#[tokio::test]
+async fn doctor_proves_the_e2b_settings_with_a_sandbox() {
+    let fake = fake(Provider::Novita).await;
+    fake.on_execute("print(1 + 1)", ExecReply::stdout("2\n"));
+    fake.on_command("echo ok", CommandReply::ok("ok\n"));
+    let doctor = |key: &str| {
+        let mut c = tokio::process::Command::new(util::runbox_exe());
+        c.args([
+            "doctor",
+            "--backend",
+            "e2b",
+            "--e2b-domain",
+            "us-phx-1.sandbox.novita.ai",
+            "--e2b-api-url",
+            &fake.api_url(),
+            "--e2b-sandbox-url",
+            &fake.sandbox_url(),
+            "--e2b-api-key",
+            key,
+        ])
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("RUNBOX_LOG", "warn");
+        c
+    };
+    let out = doctor(ALICE).output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    for line in [
+        "ok    sandbox",
+        "ok    python",
+        "ok    command",
+        "ok    files",
+        "ok    closed",
+    ] {
+        assert!(stdout.contains(line), "{line}: {stdout}");
+    }
+    assert!(stdout.contains("Novita"), "{stdout}");
+    assert!(!stdout.contains(ALICE), "the key is never printed");
+    assert!(
+        fake.sandboxes().is_empty(),
+        "the doctor's sandbox is killed"
+    );
+
+    let out = doctor("sk_wrong").output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("FAIL  sandbox"), "{stdout}");
+    assert!(stdout.contains("refused the API key"), "{stdout}");
+    fake.assert_clean();
+}
