@@ -107,6 +107,13 @@ pub trait Backend: Send + Sync + 'static {
         Err(self.unsupported("package installs"))
     }
 
+    /// The registry's idle timeout of a sandbox changed to `idle`: a backend whose provider
+    /// keeps a timer of its own moves it past that. Nothing to do by default.
+    async fn idle_timeout_changed(&self, id: &SandboxId, idle: std::time::Duration) -> Result<()> {
+        let _ = (id, idle);
+        Ok(())
+    }
+
     /// Freezes (`true`) or thaws every process of a sandbox, state intact.
     async fn set_paused(&self, id: &SandboxId, paused: bool) -> Result<()> {
         let _ = (id, paused);

@@ -835,26 +835,32 @@ impl Registry {
         Ok(e.view(id))
     }
 
-    /// Sets the idle timeout of one of `owner`'s sandboxes, counted from now.
-    pub fn set_timeout(
+    /// Sets the idle timeout of one of `owner`'s sandboxes, counted from now, and tells the
+    /// backend.
+    pub async fn set_timeout(
         &self,
         owner: &str,
         id: &SandboxId,
         timeout: Duration,
     ) -> Result<SandboxView> {
         let timeout = self.idle_timeout(Some(timeout))?;
-        let mut inner = self.lock();
-        match inner.entries.get_mut(id) {
-            Some(e) if e.owner == owner => {
-                e.idle_timeout = timeout;
-                e.last_used = Instant::now();
-                if e.paused_at.is_some() {
-                    e.paused_at = Some(e.last_used);
+        let view = {
+            let mut inner = self.lock();
+            match inner.entries.get_mut(id) {
+                Some(e) if e.owner == owner => {
+                    e.idle_timeout = timeout;
+                    e.last_used = Instant::now();
+                    if e.paused_at.is_some() {
+                        e.paused_at = Some(e.last_used);
+                    }
+                    e.view(id)
                 }
-                Ok(e.view(id))
+                _ => return Err(Error::not_found(id)),
             }
-            _ => Err(Error::not_found(id)),
-        }
+        };
+        let r = self.backend.idle_timeout_changed(id, timeout).await;
+        self.forget_if_gone(id, &r);
+        r.map(|()| view)
     }
 
     /// One of `owner`'s sandboxes, with its state and resource use.
@@ -1288,7 +1294,9 @@ mod tests {
         let (fake, r) = registry(RegistryConfig::default());
         let (view, _) = r.create("a", CreateRequest::default()).await.unwrap();
         let id = view.id.clone();
-        r.set_timeout("a", &id, Duration::from_millis(50)).unwrap();
+        r.set_timeout("a", &id, Duration::from_millis(50))
+            .await
+            .unwrap();
         assert!(r.pause("b", &id).await.unwrap_err().is_caller_error());
         let v = r.pause("a", &id).await.unwrap();
         assert_eq!(v.state, SandboxState::Paused);

@@ -116,7 +116,7 @@ struct Live {
     /// The output cap runbox applies, and the memory, CPUs and disk the provider reports.
     limits: Mutex<Limits>,
     /// How long the provider is asked to keep it, from each extension.
-    lifetime: Duration,
+    lifetime: Mutex<Duration>,
     extended_at: Mutex<Instant>,
     paused: Mutex<bool>,
     kernels: Mutex<BTreeSet<Language>>,
@@ -236,12 +236,13 @@ impl E2bBackend {
     /// Pushes the provider's timer on when a quarter of it has passed, so a sandbox in use
     /// is never ended by it: every use that keeps the registry from reaping it comes here.
     async fn extend(&self, id: &SandboxId, live: &Live) -> Result<()> {
-        let due = lock(&live.extended_at).elapsed() > live.lifetime / 4;
+        let lifetime = *lock(&live.lifetime);
+        let due = lock(&live.extended_at).elapsed() > lifetime / 4;
         if !due {
             return Ok(());
         }
         *lock(&live.extended_at) = Instant::now();
-        match self.api.set_timeout(&live.remote(), live.lifetime).await {
+        match self.api.set_timeout(&live.remote(), lifetime).await {
             Ok(()) => Ok(()),
             Err(e) if e.sandbox_gone() => Err(self.gone(id, e)),
             Err(e) => {
@@ -249,6 +250,13 @@ impl E2bBackend {
                 Ok(())
             }
         }
+    }
+
+    /// How long the provider is asked to keep a sandbox whose idle timeout is `idle`. Pushed
+    /// on after a quarter of it (see `extend`), the provider's timer always runs at least
+    /// 1.125 idle timeouts past the last use: the registry reaps first.
+    fn lifetime(&self, idle: Duration) -> Duration {
+        (idle + idle / 2 + self.config.lifetime_margin).min(MAX_LIFETIME)
     }
 
     /// Makes `/workspace` the home's other name, so that the paths runbox's tools and
@@ -544,10 +552,7 @@ impl Backend for E2bBackend {
                 });
             }
         };
-        let idle = spec.idle_timeout.unwrap_or(self.config.default_lifetime);
-        // Pushed on after a quarter of it (see `extend`), the provider's timer then always
-        // runs at least 1.125 idle timeouts past the last use: the registry reaps first.
-        let lifetime = (idle + idle / 2 + self.config.lifetime_margin).min(MAX_LIFETIME);
+        let lifetime = self.lifetime(spec.idle_timeout.unwrap_or(self.config.default_lifetime));
         let remote = self
             .api
             .create(NewSandboxSpec {
@@ -567,7 +572,7 @@ impl Backend for E2bBackend {
             remote: Mutex::new(remote.clone()),
             created_at: SystemTime::now(),
             limits: Mutex::new(limits.clone()),
-            lifetime,
+            lifetime: Mutex::new(lifetime),
             extended_at: Mutex::new(Instant::now()),
             paused: Mutex::new(false),
             kernels: Mutex::new(BTreeSet::new()),
@@ -983,6 +988,26 @@ impl Backend for E2bBackend {
             .await
     }
 
+    async fn idle_timeout_changed(&self, id: &SandboxId, idle: Duration) -> Result<()> {
+        let live = self.get(id)?;
+        let lifetime = self.lifetime(idle);
+        *lock(&live.lifetime) = lifetime;
+        if *lock(&live.paused) {
+            // A paused sandbox has no timer at the provider; resuming sets it.
+            return Ok(());
+        }
+        *lock(&live.extended_at) = Instant::now();
+        match self.api.set_timeout(&live.remote(), lifetime).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.sandbox_gone() => Err(self.gone(id, e)),
+            Err(e) => {
+                // Later uses push the timer on with the new life.
+                tracing::warn!(sandbox = %id, "could not move the sandbox's timer at the provider: {e}");
+                Ok(())
+            }
+        }
+    }
+
     async fn set_paused(&self, id: &SandboxId, paused: bool) -> Result<()> {
         let live = self.get(id)?;
         let remote = live.remote();
@@ -992,9 +1017,10 @@ impl Backend for E2bBackend {
                 .await
                 .map_err(|e| self.gone(id, e))?;
         } else {
+            let lifetime = *lock(&live.lifetime);
             let updated = self
                 .api
-                .connect(&remote, live.lifetime)
+                .connect(&remote, lifetime)
                 .await
                 .map_err(|e| self.gone(id, e))?;
             *lock(&live.remote) = updated;

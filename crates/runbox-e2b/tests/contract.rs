@@ -701,6 +701,12 @@ async fn a_sandbox_in_use_has_its_life_at_the_provider_pushed_on() {
     assert_eq!(set.json().unwrap(), json!({"timeout": 3}));
     b.list_files(&id, "/home/user", false).await.unwrap();
     assert_eq!(timeouts(), 1, "not again so soon");
+    // A longer idle timeout moves the provider's timer at once.
+    b.idle_timeout_changed(&id, Duration::from_secs(100))
+        .await
+        .unwrap();
+    assert_eq!(timeouts(), 2);
+    assert_eq!(fake.sandboxes()[0].timeout_secs, 150);
     b.close(&id).await.unwrap();
     fake.assert_clean();
 }

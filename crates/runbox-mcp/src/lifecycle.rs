@@ -196,7 +196,11 @@ impl RunboxServer {
             Ok(t) => t,
             Err(e) => return render::error(&e),
         };
-        match self.registry().set_timeout(&caller.tenant, &id, timeout) {
+        match self
+            .registry()
+            .set_timeout(&caller.tenant, &id, timeout)
+            .await
+        {
             Ok(view) => {
                 let out = lifecycle(&view);
                 render::ok(

@@ -326,6 +326,15 @@ async fn runbox_tools_answer_alike_on_cloud_sandboxes() {
     assert_eq!(fake.sandboxes()[0].state, "paused");
     let resumed = call(&c, "resume_sandbox", json!({"sandbox_id": id})).await;
     assert!(!is_error(&resumed), "{}", text(&resumed));
+    // A new idle timeout moves the provider's timer past it at once.
+    let longer = call(
+        &c,
+        "set_sandbox_timeout",
+        json!({"sandbox_id": id, "timeout_seconds": 3600}),
+    )
+    .await;
+    assert!(!is_error(&longer), "{}", text(&longer));
+    assert_eq!(fake.sandboxes()[0].timeout_secs, 3600 + 1800 + 600);
     let status = call(&c, "get_sandbox_status", json!({"sandbox_id": id})).await;
     assert!(!is_error(&status), "{}", text(&status));
     assert_eq!(structured(&status)["state"], "running");
