@@ -253,8 +253,8 @@ struct FileConfig {
     cgroup_parent: Option<PathBuf>,
 }
 
-/// The e2b backend's settings, as flags (`serve` and `doctor`).
-#[derive(Debug, Default, Args)]
+/// The e2b backend's settings, as flags (`serve` and `doctor`). `Debug` never shows the key.
+#[derive(Default, Args)]
 pub(crate) struct E2bArgs {
     /// The e2b backend's provider domain: e2b.app (E2B) [default], a Novita domain such as
     /// us-phx-1.sandbox.novita.ai (legacy sandbox.novita.ai too), or a self-hosted one.
@@ -293,6 +293,18 @@ pub(crate) struct E2bArgs {
         value_name = "TEMPLATE"
     )]
     pub(crate) sandbox_url: Option<String>,
+}
+
+impl std::fmt::Debug for E2bArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E2bArgs")
+            .field("domain", &self.domain)
+            .field("template", &self.template)
+            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .field("api_url", &self.api_url)
+            .field("sandbox_url", &self.sandbox_url)
+            .finish()
+    }
 }
 
 impl E2bArgs {
