@@ -115,9 +115,7 @@ fn info(mut values: Vec<String>) -> CompletionInfo {
     let more = total > CompletionInfo::MAX_VALUES;
     let total = Some(u32::try_from(total).unwrap_or(u32::MAX));
     // Within MAX_VALUES by now, so never refused.
-    CompletionInfo::with_pagination(values, total, more).unwrap_or_else(|_| {
-        CompletionInfo::with_pagination(Vec::new(), total, more).unwrap_or_default()
-    })
+    CompletionInfo::with_pagination(values, total, more).unwrap_or_default()
 }
 
 /// Completions of a template `path` typed so far (`workspace/da`): the areas while no

@@ -858,11 +858,13 @@ impl RunboxServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let timeout = self.task_timeout(&request);
         let name = request.name.clone();
+        let refused_audit = audited.clone();
         let server = self.clone();
         let owner = caller.clone();
         let mut detached = context.clone();
         detached.meta.0.0.remove("progressToken");
         detached.meta.0.0.remove("io.modelcontextprotocol/logLevel");
+        let tool = name.clone();
         let start = self
             .state
             .tasks
@@ -871,7 +873,7 @@ impl RunboxServer {
                 async move {
                     let tcc = ToolCallContext::new(&server, request, detached);
                     let result = server.tool_router.call(tcc).await;
-                    server.record_call(&owner, &name, audited, &result, started.elapsed());
+                    server.record_call(&owner, &tool, audited, &result, started.elapsed());
                     result
                 }
             });
@@ -881,7 +883,11 @@ impl RunboxServer {
             cancel,
         } = match start {
             Ok(s) => s,
-            Err(message) => return Ok(render::failure(message).into()),
+            Err(message) => {
+                let refused = Ok(render::failure(message).into());
+                self.record_call(caller, &name, refused_audit, &refused, started.elapsed());
+                return refused;
+            }
         };
         let gone = || ErrorData::internal_error("the run's task ended without an answer", None);
         tokio::select! {
@@ -962,7 +968,7 @@ impl RunboxServer {
 
 /// What the audit log keeps of a call's arguments, taken before the tool consumes them
 /// (only these strings: arguments can be megabytes of file content).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Audited {
     sandbox_id: Option<String>,
     code: Option<String>,

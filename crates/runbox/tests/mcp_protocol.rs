@@ -754,19 +754,21 @@ async fn long_runs_are_tasks_polled_to_their_result_in_both_revisions() {
 
 #[tokio::test]
 async fn tasks_are_bounded_per_tenant_and_forgotten_after_their_ttl() {
-    let (c, _) = stdio_client_with(
-        &[
-            "--pool",
-            "0",
-            "--max-tasks-per-tenant",
-            "1",
-            "--task-result-ttl",
-            "1",
-        ],
-        Revision::Stateless,
-        Recorder::with_tasks(),
-    )
+    let server = HttpServer::start(&[
+        "--pool",
+        "0",
+        "--max-tasks-per-tenant",
+        "1",
+        "--max-runs-per-tenant",
+        "1",
+        "--task-result-ttl",
+        "1",
+    ])
     .await;
+    let (c, _) = server
+        .client_with(Revision::Stateless, Recorder::with_tasks())
+        .await;
+    let (plain, _) = server.client(Revision::Stateless).await;
     let id = create(&c, json!({})).await;
     let first = as_task(
         &c,
@@ -793,6 +795,17 @@ async fn tasks_are_bounded_per_tenant_and_forgotten_after_their_ttl() {
         }
         other => panic!("{other:?}"),
     }
+    assert!(
+        server
+            .metrics()
+            .await
+            .contains("runbox_tool_calls_total{tool=\"run_command\",outcome=\"error\"} 1"),
+        "a refused task is counted"
+    );
+    // The task's run counts against the tenant's runs like any other.
+    let r = call(&plain, "run_code", json!({"code": "1"})).await;
+    assert!(is_error(&r));
+    assert!(text(&r).contains("runs in progress"), "{}", text(&r));
     // The first ends by its timeout; its result is kept a while, then forgotten.
     let t = settled(&c, &first).await;
     assert_eq!(completed(&t)["structuredContent"]["timed_out"], true);
@@ -808,4 +821,6 @@ async fn tasks_are_bounded_per_tenant_and_forgotten_after_their_ttl() {
         json!({"sandbox_id": id, "code": wait_for_file("go2"), "timeout_seconds": 2}),
     )
     .await;
+    drop((c, plain));
+    server.stop().await;
 }

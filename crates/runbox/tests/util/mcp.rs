@@ -226,7 +226,11 @@ impl HttpServer {
     }
 
     pub async fn client(&self, revision: Revision) -> (Client, Recorder) {
-        let recorder = Recorder::default();
+        self.client_with(revision, Recorder::default()).await
+    }
+
+    /// [`HttpServer::client`] with a recorder of the caller's (e.g. [`Recorder::with_tasks`]).
+    pub async fn client_with(&self, revision: Revision, recorder: Recorder) -> (Client, Recorder) {
         let transport = StreamableHttpClientTransport::from_uri(self.url.clone());
         let client = recorder
             .clone()
