@@ -303,19 +303,23 @@ async fn forward(
     let mut held = Vec::new();
     loop {
         let event = tokio::select! {
+            // The end first, so a flood of events cannot hold the answer back.
             biased;
+            _ = &mut stopped => {
+                // Whatever was published before the call ended still belongs to it.
+                loop {
+                    match rx.try_recv() {
+                        Ok(e) => take(&peer, level, &tenant, named.as_ref(), e, &mut held).await,
+                        Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                        Err(_) => return held,
+                    }
+                }
+            }
             r = rx.recv() => match r {
                 Ok(e) => e,
                 Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return held,
             },
-            _ = &mut stopped => {
-                // Whatever was published before the call ended still belongs to it.
-                while let Ok(e) = rx.try_recv() {
-                    take(&peer, level, &tenant, named.as_ref(), e, &mut held).await;
-                }
-                return held;
-            }
         };
         take(&peer, level, &tenant, named.as_ref(), event, &mut held).await;
     }
