@@ -8,7 +8,9 @@
 //! - resource [`Limits`] and their validation;
 //! - the [`Error`] type whose variants a front end can turn into messages a caller can act on;
 //! - the [`Registry`]: which tenant owns which sandbox, idle expiry, and a warm pool, in
-//!   front of any backend, with the [`Quotas`] that keep tenants from exhausting the host.
+//!   front of any backend, with the [`Quotas`] that keep tenants from exhausting the host;
+//! - the [`SandboxEvent`]s the registry publishes to each sandbox's owner (created,
+//!   expired, kernel restarted, egress refused).
 //!
 //! It must never depend on a backend or on a protocol: no MCP type, no Linux syscall and no
 //! HTTP client appears here. Data flows one way: a front end builds a request from its
@@ -18,6 +20,7 @@ mod backend;
 pub mod capture;
 mod credential;
 mod error;
+pub mod events;
 mod exec;
 mod files;
 mod limits;
@@ -29,6 +32,7 @@ mod sandbox;
 pub use backend::Backend;
 pub use credential::Credential;
 pub use error::{Error, Result, chain};
+pub use events::{EventKind, SandboxEvent};
 pub use exec::{
     CommandRequest, ExecContext, ExecError, ExecOutcome, ExecRequest, InstallRequest, Language,
     OutputChunk, OutputSink, OutputStream, PackageManager, RichResult,

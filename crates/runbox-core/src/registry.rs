@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::events::{EVENT_BUFFER, EventKind, SandboxEvent};
 use crate::exec::{
     CommandRequest, ExecContext, ExecOutcome, ExecRequest, InstallRequest, Language,
 };
@@ -247,6 +248,8 @@ pub struct Registry {
     closing: tokio::sync::Mutex<JoinSet<()>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     stop: CancellationToken,
+    /// Lifecycle events of owned sandboxes, for front ends ([`Registry::subscribe_events`]).
+    events: tokio::sync::broadcast::Sender<SandboxEvent>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -326,7 +329,34 @@ impl Registry {
             closing: tokio::sync::Mutex::new(JoinSet::new()),
             tasks: Mutex::new(Vec::new()),
             stop: CancellationToken::new(),
+            events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
         })
+    }
+
+    /// Every [`SandboxEvent`] from now on: created, expired, kernel restarted, egress
+    /// refused, each naming the tenant that owns the sandbox.
+    pub fn subscribe_events(&self) -> tokio::sync::broadcast::Receiver<SandboxEvent> {
+        self.events.subscribe()
+    }
+
+    fn publish(&self, tenant: &str, id: &SandboxId, kind: EventKind) {
+        // No subscriber is no error: events are a courtesy.
+        let _ = self.events.send(SandboxEvent {
+            tenant: tenant.to_owned(),
+            sandbox_id: id.clone(),
+            at: SystemTime::now(),
+            kind,
+        });
+    }
+
+    /// Publishes an event the registry cannot see for itself (the egress proxy's refusals)
+    /// to the tenant that owns `id`; dropped when no tenant does (a pooled or closed
+    /// sandbox).
+    pub fn report(&self, id: &SandboxId, kind: EventKind) {
+        let owner = self.lock().entries.get(id).map(|e| e.owner.clone());
+        if let Some(owner) = owner {
+            self.publish(&owner, id, kind);
+        }
     }
 
     /// The backend behind the registry.
@@ -468,8 +498,20 @@ impl Registry {
         self.lock().runs_total
     }
 
-    /// Creates a sandbox for `owner` (from the pool when the request allows).
+    /// Creates a sandbox for `owner` (from the pool when the request allows), and tells
+    /// the owner's subscribers ([`EventKind::Created`]).
     pub async fn create(
+        &self,
+        owner: &str,
+        req: CreateRequest,
+    ) -> Result<(SandboxView, SandboxInfo)> {
+        let created = self.create_quietly(owner, req).await?;
+        self.publish(owner, &created.0.id, EventKind::Created);
+        Ok(created)
+    }
+
+    /// [`Registry::create`] without the event: a one-shot run's sandbox is no news.
+    async fn create_quietly(
         &self,
         owner: &str,
         req: CreateRequest,
@@ -586,7 +628,7 @@ impl Registry {
                     credential: ctx.credential.clone(),
                     ..CreateRequest::default()
                 };
-                let (view, _) = self.create(owner, one_shot).await?;
+                let (view, _) = self.create_quietly(owner, one_shot).await?;
                 let r = self.run_in(owner, &view.id, work, ctx, false).await;
                 self.close_later(&view.id).await;
                 Ok(Ran {
@@ -608,6 +650,10 @@ impl Registry {
         track: bool,
     ) -> Result<(ExecOutcome, Option<Changes>)> {
         let _busy = self.acquire_running(owner, id)?;
+        let language = match &work {
+            Work::Code(req) => req.language,
+            Work::Command(_) => Language::Bash,
+        };
         let before = if track {
             // Taken, not copied: a run beside this one takes a snapshot of its own.
             let cached = self
@@ -628,6 +674,9 @@ impl Registry {
         };
         self.forget_if_gone(id, &r);
         let outcome = r?;
+        if outcome.kernel_restarted {
+            self.publish(owner, id, EventKind::KernelRestarted { language });
+        }
         let Some(before) = before else {
             return Ok((outcome, None));
         };
@@ -955,7 +1004,7 @@ impl Registry {
 
     /// Closes every expired sandbox; returns how many.
     pub async fn reap(&self) -> usize {
-        let expired: Vec<SandboxId> = {
+        let expired: Vec<(SandboxId, Entry)> = {
             let mut inner = self.lock();
             let ids: Vec<SandboxId> = inner
                 .entries
@@ -963,16 +1012,17 @@ impl Registry {
                 .filter(|(_, e)| e.expired())
                 .map(|(id, _)| id.clone())
                 .collect();
-            for id in &ids {
-                inner.entries.remove(id);
-            }
-            ids
+            ids.into_iter()
+                .filter_map(|id| inner.entries.remove(&id).map(|e| (id, e)))
+                .collect()
         };
-        for id in &expired {
+        for (id, entry) in &expired {
             tracing::info!(sandbox = %id, "sandbox expired after its idle timeout; closing it");
             if let Err(e) = self.backend.close(id).await {
                 tracing::debug!(sandbox = %id, "closing an expired sandbox: {e}");
             }
+            let idle_timeout = entry.idle_timeout;
+            self.publish(&entry.owner, id, EventKind::Expired { idle_timeout });
         }
         expired.len()
     }
@@ -1129,6 +1179,7 @@ mod tests {
             }
             tokio::time::sleep(req.timeout.min(Duration::from_millis(50))).await;
             Ok(ExecOutcome {
+                kernel_restarted: req.code == "restart",
                 stdout: req.code,
                 ..Default::default()
             })
@@ -1665,5 +1716,62 @@ mod tests {
         assert!(r.list("t").is_empty());
         r.shutdown().await;
         assert!(!fake.live.lock().unwrap().contains(&id));
+    }
+
+    #[tokio::test]
+    async fn lifecycle_events_name_the_owner_and_only_owned_sandboxes() {
+        let (_fake, r) = registry(RegistryConfig::default());
+        let mut events = r.subscribe_events();
+        let short = CreateRequest {
+            idle_timeout: Some(Duration::from_millis(30)),
+            ..Default::default()
+        };
+        let (a, _) = r.create("alice", short).await.unwrap();
+        let (b, _) = r.create("bob", CreateRequest::default()).await.unwrap();
+        // A one-shot run's sandbox is not announced.
+        r.run("bob", None, run("x"), ExecContext::default())
+            .await
+            .unwrap();
+        r.run("bob", Some(&b.id), run("restart"), ExecContext::default())
+            .await
+            .unwrap();
+        let refused = EventKind::EgressRefused {
+            host: Some("evil.example".into()),
+            port: Some(443),
+            reason: "host_not_allowed".into(),
+            detail: String::new(),
+        };
+        r.report(&b.id, refused.clone());
+        // Nobody owns an unknown sandbox: nothing is published for it.
+        r.report(&SandboxId::from("sbx_nobody"), refused.clone());
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(r.reap().await, 1);
+        let mut seen = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            seen.push((e.tenant, e.sandbox_id, e.kind));
+        }
+        assert_eq!(
+            seen,
+            vec![
+                ("alice".into(), a.id.clone(), EventKind::Created),
+                ("bob".into(), b.id.clone(), EventKind::Created),
+                (
+                    "bob".into(),
+                    b.id.clone(),
+                    EventKind::KernelRestarted {
+                        language: Language::Python
+                    }
+                ),
+                ("bob".into(), b.id.clone(), refused),
+                (
+                    "alice".into(),
+                    a.id.clone(),
+                    EventKind::Expired {
+                        idle_timeout: Duration::from_millis(30)
+                    }
+                ),
+            ]
+        );
+        r.shutdown().await;
     }
 }

@@ -52,9 +52,13 @@ pub struct EgressConfig {
     /// Package-index variables passed to sandboxes (see
     /// [`runbox_egress::IndexHosts::env`]).
     pub index_env: Vec<(String, String)>,
-    /// Where every proxy decision goes, besides the log.
-    pub events: Option<runbox_egress::EventSink>,
+    /// Where every proxy decision goes, besides the log, with the sandbox it was made for.
+    pub events: Option<EgressEventSink>,
 }
+
+/// Receives every egress decision with the sandbox whose proxy made it. Called on the
+/// proxies' tasks: it must return quickly and never block.
+pub type EgressEventSink = Arc<dyn Fn(&SandboxId, &runbox_egress::Decision) + Send + Sync>;
 
 impl std::fmt::Debug for EgressConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -320,10 +324,15 @@ fn check_data_dir(dir: &Path) -> Result<PathBuf, Error> {
 
 /// Starts the egress proxy of a new sandbox on the socket its init listens on.
 fn start_proxy(
+    id: &SandboxId,
     jail: &runbox_jail::Jail,
     policy: runbox_egress::Policy,
-    events: Option<runbox_egress::EventSink>,
+    events: Option<EgressEventSink>,
 ) -> Result<runbox_egress::EgressHandle, Error> {
+    let events = events.map(|sink| {
+        let id = id.clone();
+        Arc::new(move |d: &runbox_egress::Decision| sink(&id, d)) as runbox_egress::EventSink
+    });
     let fd = jail
         .take_listener(EGRESS_PORT)
         .ok_or_else(|| Error::sandbox("the sandbox's init did not listen for the egress proxy"))?;
@@ -429,7 +438,7 @@ impl Backend for LocalBackend {
                 // any kernel starts, so a running kernel sees what is installed into it.
                 let started = files
                     .create_dir_all(PYTHON_PACKAGES)
-                    .and_then(|()| start_proxy(&jail, policy, config.events.clone()));
+                    .and_then(|()| start_proxy(&id, &jail, policy, config.events.clone()));
                 match started {
                     Ok(p) => Some(p),
                     Err(e) => {

@@ -12,11 +12,13 @@
 mod audit;
 mod auth;
 mod caller;
+mod completions;
 mod files;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod lifecycle;
+mod logging;
 mod metrics;
 mod packages;
 mod profiles;
@@ -24,6 +26,8 @@ mod prompts;
 mod render;
 mod resources;
 mod server;
+mod subscriptions;
+mod tasks;
 mod transport;
 pub mod types;
 
@@ -34,6 +38,7 @@ pub use metrics::{Metrics, Rejection};
 pub use profiles::{Profile, UnknownProfile};
 pub use resources::SANDBOX_FILE_TEMPLATE;
 pub use server::{INSTRUCTIONS, RunboxServer, ServerSettings};
+pub use tasks::TaskSettings;
 pub use transport::{
     HttpOptions, MAX_REQUEST_BYTES, TransportError, http_app, serve_http, serve_stdio,
 };

@@ -16,7 +16,7 @@ use crate::server::{RunboxServer, seconds};
 use crate::types::{InstallPackagesArgs, InstallPackagesOutput, ManagerArg};
 
 /// An install's timeout when the caller gives none.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[tool_router(router = package_tools, vis = "pub(crate)")]
 impl RunboxServer {

@@ -11,12 +11,14 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{Extension, ToolCallContext};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
-    ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CompleteRequestParams, CompleteResult, CreateTaskResult, GetTaskParams, GetTaskResult,
+    Implementation, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
     ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, ResourceTemplate, ServerCapabilities, ServerConfig,
+    ReadResourceResult, ResourceTemplate, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler, tool, tool_handler, tool_router};
 use runbox_core::{
     CommandRequest, CreateRequest, Error, ExecContext, ExecRequest, Network, OutputChunk,
@@ -26,10 +28,14 @@ use tokio::sync::mpsc;
 
 use crate::audit::{self, AuditLog};
 use crate::caller::{Caller, caller_of};
+use crate::completions;
+use crate::logging::{self, Logs};
 use crate::metrics::{Metrics, RunOutcome};
 use crate::profiles::{Profile, Sessions};
 use crate::render;
 use crate::resources::{self, DataCatalog, SANDBOX_FILE_TEMPLATE, Target};
+use crate::subscriptions::{Refused, Subscriptions};
+use crate::tasks::{INLINE_WAIT, Started, TASK_TOOLS, TaskSettings, Tasks};
 use crate::types::{
     CloseSandboxOutput, CreateSandboxArgs, CreateSandboxOutput, LimitsOut, ListSandboxesOutput,
     NetworkArg, ProcessOut, RunCodeArgs, RunCodeOutput, RunCommandArgs, RunCommandOutput,
@@ -60,6 +66,8 @@ pub struct ServerSettings {
     pub audit: Option<Arc<AuditLog>>,
     /// The server's metrics (shared with the transport, which serves and feeds them too).
     pub metrics: Arc<Metrics>,
+    /// Limits on task-augmented calls (the tasks extension).
+    pub tasks: TaskSettings,
 }
 
 impl Default for ServerSettings {
@@ -73,6 +81,7 @@ impl Default for ServerSettings {
             package_network: false,
             audit: None,
             metrics: Arc::new(Metrics::new()),
+            tasks: TaskSettings::default(),
         }
     }
 }
@@ -95,6 +104,14 @@ struct State {
     data: Option<DataCatalog>,
     /// Sandboxes named by callers (the mcp-code-sandbox profile's sessions).
     sessions: Sessions,
+    /// Who hears which sandbox's lifecycle events (logging).
+    logs: Arc<Logs>,
+    /// Who is told when a sandbox file changes (resource subscriptions).
+    subscriptions: Arc<Subscriptions>,
+    /// Task-augmented calls (the tasks extension).
+    tasks: Arc<Tasks>,
+    /// The next MCP session's key.
+    next_session: std::sync::atomic::AtomicU64,
 }
 
 /// runbox's MCP server. Cheap to clone: every session shares one registry.
@@ -103,6 +120,9 @@ pub struct RunboxServer {
     state: Arc<State>,
     tool_router: ToolRouter<Self>,
     prompt_router: PromptRouter<Self>,
+    /// Which MCP session this instance serves (each HTTP session gets its own instance,
+    /// [`RunboxServer::for_session`]): its log level and subscriptions are kept under it.
+    session: u64,
 }
 
 impl std::fmt::Debug for RunboxServer {
@@ -241,13 +261,20 @@ impl RunboxServer {
     pub fn new(registry: Arc<Registry>, settings: ServerSettings) -> Self {
         let data = settings.data_dir.clone().map(DataCatalog::new);
         let profile = settings.profile;
+        let logs = Logs::start(&registry);
+        let tasks = Tasks::new(settings.tasks.clone());
         Self {
             state: Arc::new(State {
                 registry,
                 settings,
                 data,
                 sessions: Sessions::default(),
+                logs,
+                subscriptions: Arc::default(),
+                tasks,
+                next_session: std::sync::atomic::AtomicU64::new(1),
             }),
+            session: 0,
             tool_router: match profile {
                 Profile::Default => {
                     Self::tool_router()
@@ -267,6 +294,16 @@ impl RunboxServer {
     /// The registry behind the server.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.state.registry
+    }
+
+    /// The same server for a new MCP session: shared state, its own session key.
+    pub fn for_session(&self) -> Self {
+        let mut s = self.clone();
+        s.session = self
+            .state
+            .next_session
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        s
     }
 
     pub(crate) fn settings(&self) -> &ServerSettings {
@@ -321,7 +358,24 @@ impl RunboxServer {
         self.metrics()
             .run(language, run_outcome(&r), started.elapsed());
         progress.finish().await;
+        if let Ok(ran) = &r
+            && !ran.ephemeral
+        {
+            self.files_changed(tenant, ran);
+        }
         r
+    }
+
+    /// Tells the subscribers of a sandbox's files what a run changed.
+    fn files_changed(&self, tenant: &str, ran: &Ran) {
+        let paths: Option<Vec<String>> = ran
+            .changes
+            .as_ref()
+            .filter(|c| c.omitted == 0)
+            .map(|c| c.files.iter().map(|f| f.path.clone()).collect());
+        self.state
+            .subscriptions
+            .changed(tenant, &ran.sandbox_id, paths.as_deref());
     }
 
     /// `run_command` with `background: true`: starts the command and answers at once.
@@ -723,7 +777,156 @@ impl RunboxServer {
     }
 }
 
+/// A string argument of a tool call.
+fn argument<'a>(request: &'a CallToolRequestParams, name: &str) -> Option<&'a str> {
+    request
+        .arguments
+        .as_ref()
+        .and_then(|a| a.get(name))
+        .and_then(serde_json::Value::as_str)
+}
+
+/// The sandbox a tool's answer names (the one it created or ran in).
+fn answered_sandbox(result: &Result<CallToolResponse, ErrorData>) -> Option<SandboxId> {
+    match result {
+        Ok(CallToolResponse::Complete(r)) => r
+            .structured_content
+            .as_ref()
+            .and_then(|v| v.get("sandbox_id"))
+            .and_then(serde_json::Value::as_str)
+            .map(SandboxId::from),
+        _ => None,
+    }
+}
+
 impl RunboxServer {
+    /// Whether task-augmented calls are offered: for runbox's own tools (a profile's tools
+    /// answer as their original did).
+    fn tasks_enabled(&self) -> bool {
+        self.state.settings.profile == Profile::Default
+    }
+
+    /// Whether a call runs as a task: one of the run tools, from a client that declared the
+    /// tasks extension (in this request or its session), and not a background command
+    /// (which answers at once anyway).
+    fn wants_task(
+        &self,
+        request: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> bool {
+        self.tasks_enabled()
+            && TASK_TOOLS.contains(&request.name.as_ref())
+            && ctx
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks())
+            && !request
+                .arguments
+                .as_ref()
+                .and_then(|a| a.get("background"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false)
+    }
+
+    /// The longest a task's run may take: its `timeout_seconds`, or the tool's default.
+    fn task_timeout(&self, request: &CallToolRequestParams) -> Duration {
+        let s = &self.state.settings;
+        let default = if request.name == "install_packages" {
+            crate::packages::DEFAULT_TIMEOUT
+        } else {
+            s.default_run_timeout
+        };
+        request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("timeout_seconds"))
+            .and_then(serde_json::Value::as_f64)
+            .and_then(|t| Duration::try_from_secs_f64(t).ok())
+            .unwrap_or(default)
+            .min(s.max_run_timeout)
+    }
+
+    /// Runs a tool call as a task: its result if the run ends within [`INLINE_WAIT`], else
+    /// the task to poll. The run no longer belongs to the request once the task is
+    /// answered: it sends no progress, and only `tasks/cancel` interrupts it.
+    async fn call_as_task(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+        caller: &Caller,
+        audited: Audited,
+        started: Instant,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let timeout = self.task_timeout(&request);
+        let name = request.name.clone();
+        let refused_audit = audited.clone();
+        let server = self.clone();
+        let owner = caller.clone();
+        let mut detached = context.clone();
+        detached.meta.0.0.remove("progressToken");
+        detached.meta.0.0.remove("io.modelcontextprotocol/logLevel");
+        let tool = name.clone();
+        let start = self
+            .state
+            .tasks
+            .start(&caller.tenant, timeout, move |cancel| {
+                detached.ct = cancel;
+                async move {
+                    let tcc = ToolCallContext::new(&server, request, detached);
+                    let result = server.tool_router.call(tcc).await;
+                    server.record_call(&owner, &tool, audited, &result, started.elapsed());
+                    result
+                }
+            });
+        let Started {
+            task,
+            mut result,
+            cancel,
+        } = match start {
+            Ok(s) => s,
+            Err(message) => {
+                let refused = Ok(render::failure(message).into());
+                self.record_call(caller, &name, refused_audit, &refused, started.elapsed());
+                return refused;
+            }
+        };
+        let gone = || ErrorData::internal_error("the run's task ended without an answer", None);
+        tokio::select! {
+            r = &mut result => {
+                self.state.tasks.forget(&task.task_id);
+                r.unwrap_or_else(|_| Err(gone()))
+            }
+            () = tokio::time::sleep(INLINE_WAIT) => {
+                Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
+            }
+            () = context.ct.cancelled() => {
+                cancel.cancel();
+                let r = result.await.unwrap_or_else(|_| Err(gone()));
+                self.state.tasks.forget(&task.task_id);
+                r
+            }
+        }
+    }
+
+    /// Tells the subscribers of a file that `write_file` wrote it.
+    fn file_written(&self, tenant: &str, result: &Result<CallToolResponse, ErrorData>) {
+        let Ok(CallToolResponse::Complete(r)) = result else {
+            return;
+        };
+        if r.is_error == Some(true) {
+            return;
+        }
+        let uri = r
+            .structured_content
+            .as_ref()
+            .and_then(|v| v.get("uri"))
+            .and_then(serde_json::Value::as_str);
+        if let Some(Ok(Target::SandboxFile(id, path))) = uri.map(resources::parse) {
+            self.state
+                .subscriptions
+                .changed(tenant, &id, Some(std::slice::from_ref(&path)));
+        }
+    }
+
     /// Records a finished tool call in the metrics and, when there is one, the audit log.
     fn record_call(
         &self,
@@ -765,7 +968,7 @@ impl RunboxServer {
 
 /// What the audit log keeps of a call's arguments, taken before the tool consumes them
 /// (only these strings: arguments can be megabytes of file content).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Audited {
     sandbox_id: Option<String>,
     code: Option<String>,
@@ -806,21 +1009,185 @@ impl ServerHandler for RunboxServer {
             self.state.settings.audit.as_deref(),
             request.arguments.as_ref(),
         );
-        let tcc = ToolCallContext::new(self, request, context);
-        let result = self.tool_router.call(tcc).await;
-        self.record_call(&caller, &name, audited, &result, started.elapsed());
+        let named = argument(&request, "sandbox_id").map(SandboxId::from);
+        let log = self
+            .state
+            .logs
+            .follow(&self.state.registry, &context, &caller.tenant, named)
+            .await;
+        let result = if self.wants_task(&request, &context) {
+            self.call_as_task(request, context, &caller, audited, started)
+                .await
+        } else {
+            let tcc = ToolCallContext::new(self, request, context);
+            let result = self.tool_router.call(tcc).await;
+            self.record_call(&caller, &name, audited, &result, started.elapsed());
+            result
+        };
+        if name == "write_file" {
+            self.file_written(&caller.tenant, &result);
+        }
+        if let Some(log) = log {
+            log.finish(answered_sandbox(&result)).await;
+        }
         result
     }
 
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder()
+        #[allow(deprecated)] // logging: deprecated in 2026-07-28, still served
+        let builder = ServerCapabilities::builder()
             .enable_tools()
             .enable_resources()
+            .enable_resources_subscribe()
             .enable_prompts()
-            .build();
+            .enable_completions()
+            .enable_logging();
+        let capabilities = if self.tasks_enabled() {
+            builder.enable_tasks().build()
+        } else {
+            builder.build()
+        };
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("runbox", env!("CARGO_PKG_VERSION")))
             .with_instructions(self.state.settings.profile.instructions())
+    }
+
+    /// `logging/setLevel` (2025-11-25): the session hears its tenant's sandbox events at
+    /// or above the level. Removed in 2026-07-28, where the level is per request.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if logging::is_modern(&ctx) {
+            return Err(ErrorData::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >());
+        }
+        let caller = caller_of(&ctx, self.default_tenant());
+        self.state
+            .logs
+            .set_level(self.session, caller.tenant, request.level, ctx.peer.clone());
+        Ok(())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let caller = caller_of(&ctx, self.default_tenant());
+        completions::complete(
+            &self.state.registry,
+            &caller.tenant,
+            self.data_catalog().is_some(),
+            &self.prompt_router.list_all(),
+            &request,
+        )
+        .await
+    }
+
+    /// `resources/subscribe` (2025-11-25): a file of one of the caller's sandboxes.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = caller_of(&ctx, self.default_tenant());
+        let uri = request.uri.as_str();
+        let not_found = |message: String| {
+            ErrorData::resource_not_found(message, Some(serde_json::json!({ "uri": uri })))
+        };
+        let Some(id) = Subscriptions::sandbox_of(uri) else {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "{uri}: only files of your sandboxes can be subscribed to \
+                     ({SANDBOX_FILE_TEMPLATE}); data files never change"
+                ),
+                Some(serde_json::json!({ "uri": uri })),
+            ));
+        };
+        // Another tenant's sandbox is as unknown as one that never existed.
+        if let Err(e) = self.state.registry.describe(&caller.tenant, &id) {
+            return Err(not_found(format!("{uri}: {e}")));
+        }
+        self.state
+            .subscriptions
+            .subscribe(self.session, &caller.tenant, ctx.peer.clone(), uri)
+            .map_err(|r| match r {
+                Refused::NotAFile => not_found(format!("{uri}: not a sandbox file")),
+                Refused::TooMany => ErrorData::invalid_params(
+                    format!(
+                        "this session already subscribes to {} files, the most it may; \
+                         unsubscribe from some first",
+                        crate::subscriptions::MAX_SUBSCRIPTIONS
+                    ),
+                    None,
+                ),
+            })
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.state
+            .subscriptions
+            .unsubscribe(self.session, &request.uri);
+        Ok(())
+    }
+
+    /// `subscriptions/listen` (2026-07-28): sandbox file URIs are accepted.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(Subscriptions::accepted(requested))
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let caller = caller_of(context.request_context(), self.default_tenant());
+        let _listening = self.state.subscriptions.listen(
+            &caller.tenant,
+            context.sink().clone(),
+            context.accepted(),
+        );
+        context.cancelled().await;
+        Ok(())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let caller = caller_of(&ctx, self.default_tenant());
+        self.state
+            .tasks
+            .get(&caller.tenant, &request.task_id)
+            .map(GetTaskResult::new)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = caller_of(&ctx, self.default_tenant());
+        self.state.tasks.cancel(&caller.tenant, &request.task_id)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = caller_of(&ctx, self.default_tenant());
+        self.state.tasks.update(&caller.tenant, &request.task_id)
     }
 
     async fn list_resources(

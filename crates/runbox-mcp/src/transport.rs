@@ -146,7 +146,7 @@ pub fn http_app(
         .with_cancellation_token(shutdown);
     let factory_server = server.clone();
     let mcp = StreamableHttpService::new(
-        move || Ok(factory_server.clone()),
+        move || Ok(factory_server.for_session()),
         Arc::new(LocalSessionManager::default()),
         config,
     );

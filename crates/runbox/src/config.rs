@@ -91,6 +91,20 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RUNBOX_RATE_LIMIT", value_name = "PER_MINUTE")]
     pub(crate) rate_limit: Option<u32>,
 
+    /// Most tasks (long runs polled with tasks/get) one tenant may hold at once, running or
+    /// finished and not yet forgotten [default: 32].
+    #[arg(long, env = "RUNBOX_MAX_TASKS_PER_TENANT", value_name = "N")]
+    pub(crate) max_tasks_per_tenant: Option<usize>,
+
+    /// Most tasks held at once, all tenants together [default: 1024].
+    #[arg(long, env = "RUNBOX_MAX_TASKS", value_name = "N")]
+    pub(crate) max_tasks: Option<usize>,
+
+    /// Seconds a finished task's result is kept for tasks/get after the run ends
+    /// [default: 300].
+    #[arg(long, env = "RUNBOX_TASK_RESULT_TTL", value_name = "SECONDS")]
+    pub(crate) task_result_ttl: Option<f64>,
+
     /// Append one JSON line per tool call to FILE (time, tenant, tool, sandbox, outcome,
     /// duration).
     #[arg(long, env = "RUNBOX_AUDIT_LOG", value_name = "FILE")]
@@ -230,6 +244,9 @@ struct FileConfig {
     max_runs_per_tenant: Option<usize>,
     max_concurrent_runs: Option<usize>,
     rate_limit: Option<u32>,
+    max_tasks_per_tenant: Option<usize>,
+    max_tasks: Option<usize>,
+    task_result_ttl: Option<f64>,
     audit_log: Option<PathBuf>,
     audit_code: Option<bool>,
     allowed_hosts: Option<Vec<String>>,
@@ -487,6 +504,8 @@ pub(crate) struct ServeConfig {
     pub(crate) quotas: runbox_core::Quotas,
     /// Requests a minute per tenant over HTTP.
     pub(crate) rate_limit: Option<u32>,
+    /// Limits on task-augmented calls.
+    pub(crate) tasks: runbox_mcp::TaskSettings,
     /// The audit log, and whether it records code.
     pub(crate) audit_log: Option<PathBuf>,
     pub(crate) audit_code: bool,
@@ -718,6 +737,24 @@ impl ServeConfig {
         if rate_limit == Some(0) {
             bail!("rate_limit must be at least 1 request a minute");
         }
+        let task_defaults = runbox_mcp::TaskSettings::default();
+        let tasks = runbox_mcp::TaskSettings {
+            max_per_tenant: positive(
+                "max_tasks_per_tenant",
+                args.max_tasks_per_tenant.or(file.max_tasks_per_tenant),
+            )?
+            .unwrap_or(task_defaults.max_per_tenant),
+            max_tasks: positive("max_tasks", args.max_tasks.or(file.max_tasks))?
+                .unwrap_or(task_defaults.max_tasks),
+            result_ttl: secs(
+                "task_result_ttl",
+                pick(
+                    args.task_result_ttl,
+                    file.task_result_ttl,
+                    task_defaults.result_ttl.as_secs_f64(),
+                ),
+            )?,
+        };
         let audit_log = args.audit_log.or(file.audit_log);
         let audit_code = args.audit_code || file.audit_code.unwrap_or(false);
         if audit_code && audit_log.is_none() {
@@ -844,6 +881,7 @@ impl ServeConfig {
             auth,
             quotas,
             rate_limit,
+            tasks,
             audit_log,
             audit_code,
             engine,
@@ -1061,10 +1099,35 @@ mod tests {
             "--max-runs-per-tenant",
             "--max-concurrent-runs",
             "--rate-limit",
+            "--max-tasks-per-tenant",
+            "--max-tasks",
         ] {
             let e = resolve(&["--stdio", zero, "0"]).unwrap_err().to_string();
             assert!(e.contains("at least 1"), "{zero}: {e}");
         }
+    }
+
+    #[test]
+    fn task_limits_come_from_flags_or_the_file() {
+        let c = resolve(&["--stdio"]).unwrap();
+        assert_eq!(c.tasks.max_per_tenant, 32);
+        assert_eq!(c.tasks.max_tasks, 1024);
+        assert_eq!(c.tasks.result_ttl, Duration::from_secs(300));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(
+            &path,
+            "stdio = true\nmax_tasks_per_tenant = 2\nmax_tasks = 9\ntask_result_ttl = 1.5\n",
+        )
+        .unwrap();
+        let c = resolve(&["--config", path.to_str().unwrap(), "--max-tasks", "7"]).unwrap();
+        assert_eq!(c.tasks.max_per_tenant, 2);
+        assert_eq!(c.tasks.max_tasks, 7);
+        assert_eq!(c.tasks.result_ttl, Duration::from_millis(1500));
+        let e = resolve(&["--stdio", "--task-result-ttl", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("task_result_ttl"), "{e}");
     }
 
     #[test]

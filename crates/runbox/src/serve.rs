@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use runbox_core::{Backend, Registry, RegistryConfig};
+use runbox_core::{Backend, EventKind, Registry, RegistryConfig, SandboxId};
 use runbox_local::{EgressConfig, LocalBackend};
 use runbox_mcp::{AuditLog, HttpOptions, Metrics, Rejection, RunboxServer, ServerSettings};
 use tokio_util::sync::CancellationToken;
@@ -35,9 +35,31 @@ pub(crate) async fn main(args: ServeArgs) -> u8 {
     }
 }
 
+/// Egress refusals on their way from the proxies to the registry, which tells each
+/// sandbox's owner ([`forward_refusals`]). Bounded: the proxies never wait for it, and a
+/// flood of refusals loses the newest.
+type Refusals = tokio::sync::mpsc::Sender<(SandboxId, EventKind)>;
+
+/// Refusals buffered before the registry reads them.
+const REFUSALS_BUFFER: usize = 256;
+
+/// Hands every egress refusal to the registry, which publishes it to the sandbox's owner.
+async fn forward_refusals(
+    registry: Arc<Registry>,
+    mut refusals: tokio::sync::mpsc::Receiver<(SandboxId, EventKind)>,
+) {
+    while let Some((id, kind)) = refusals.recv().await {
+        registry.report(&id, kind);
+    }
+}
+
 /// The egress proxy's policy: the operator's hosts, or those of this machine's pip and npm,
 /// with the package-index settings sandboxes need to use them.
-async fn egress_config(config: &ServeConfig, metrics: &Arc<Metrics>) -> EgressConfig {
+async fn egress_config(
+    config: &ServeConfig,
+    metrics: &Arc<Metrics>,
+    refusals: Refusals,
+) -> EgressConfig {
     let commands = runbox_egress::IndexCommands {
         python: config
             .engine
@@ -68,7 +90,18 @@ async fn egress_config(config: &ServeConfig, metrics: &Arc<Metrics>) -> EgressCo
         index_env: found.env,
         events: Some({
             let metrics = Arc::clone(metrics);
-            Arc::new(move |d: &runbox_egress::Decision| metrics.egress(d.reason.as_str()))
+            Arc::new(move |id: &SandboxId, d: &runbox_egress::Decision| {
+                metrics.egress(d.reason.as_str());
+                if !d.allowed() {
+                    let kind = EventKind::EgressRefused {
+                        host: d.host.clone(),
+                        port: d.port,
+                        reason: d.reason.as_str().to_owned(),
+                        detail: d.detail.clone(),
+                    };
+                    let _ = refusals.try_send((id.clone(), kind));
+                }
+            })
         }),
     }
 }
@@ -129,12 +162,13 @@ async fn index_addresses(
 async fn local_backend(
     config: &ServeConfig,
     metrics: &Arc<Metrics>,
+    refusals: Refusals,
 ) -> anyhow::Result<(Arc<dyn Backend>, bool)> {
     let mut local = config.engine.local_config(config.limits.clone());
     // The pool's sandboxes must not take the room of callers' sandboxes.
     local.max_sandboxes = config.max_sandboxes + config.pool;
     local.data_dir = config.data_dir.clone();
-    local.egress = Some(egress_config(config, metrics).await);
+    local.egress = Some(egress_config(config, metrics, refusals).await);
     let package_network = local
         .egress
         .as_ref()
@@ -174,9 +208,10 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         )),
         None => None,
     };
+    let (refusals, refused) = tokio::sync::mpsc::channel(REFUSALS_BUFFER);
     let (backend, package_network) = match &config.e2b {
         Some(settings) => (e2b_backend(&config, settings)?, true),
-        None => local_backend(&config, &metrics).await?,
+        None => local_backend(&config, &metrics, refusals).await?,
     };
     let registry = Registry::new(
         backend,
@@ -200,6 +235,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         },
     );
     registry.start();
+    tokio::spawn(forward_refusals(Arc::clone(&registry), refused));
     let server = RunboxServer::new(
         Arc::clone(&registry),
         ServerSettings {
@@ -210,6 +246,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             package_network,
             audit,
             metrics: Arc::clone(&metrics),
+            tasks: config.tasks.clone(),
             ..Default::default()
         },
     );

@@ -16,10 +16,59 @@ use tokio::io::AsyncBufReadExt;
 
 use super::runbox_exe;
 
-/// A client that records the progress notifications it receives.
+/// A client that records the progress notifications it receives (and the log messages
+/// and resource updates).
 #[derive(Clone, Default)]
 pub struct Recorder {
     pub progress: Arc<Mutex<Vec<(Instant, ProgressNotificationParam)>>>,
+    /// `notifications/message` params, as JSON.
+    pub logs: Arc<Mutex<Vec<Value>>>,
+    /// URIs of `notifications/resources/updated`.
+    pub updates: Arc<Mutex<Vec<String>>>,
+    /// Wakes [`Recorder::wait_for`] when a notification arrives.
+    pub arrived: Arc<tokio::sync::Notify>,
+    /// Whether the client declares the tasks extension.
+    pub tasks: bool,
+}
+
+impl Recorder {
+    /// A recorder whose client declares the tasks extension (`io.modelcontextprotocol/tasks`).
+    pub fn with_tasks() -> Self {
+        Self {
+            tasks: true,
+            ..Self::default()
+        }
+    }
+
+    /// Waits (up to `secs`) until `cond` holds of the recorder; panics saying `what` if not.
+    pub async fn wait_for(&self, secs: u64, what: &str, cond: impl Fn(&Self) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let arrived = self.arrived.notified();
+            if cond(self) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
+                assert!(
+                    cond(self),
+                    "{what}: not seen within {secs} s; logs {:?}, updates {:?}",
+                    self.logs.lock().unwrap(),
+                    self.updates.lock().unwrap()
+                );
+                return;
+            }
+        }
+    }
+
+    /// The log messages of event `event` (`sandbox_created`, ...) about `sandbox`.
+    pub fn events(&self, event: &str, sandbox: &str) -> usize {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m["data"]["event"] == event && m["data"]["sandbox_id"] == sandbox)
+            .count()
+    }
 }
 
 impl ClientHandler for Recorder {
@@ -29,6 +78,38 @@ impl ClientHandler for Recorder {
         _ctx: NotificationContext<RoleClient>,
     ) {
         self.progress.lock().unwrap().push((Instant::now(), params));
+    }
+
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        self.logs
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(&params).unwrap());
+        self.arrived.notify_waiters();
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        self.updates.lock().unwrap().push(params.uri);
+        self.arrived.notify_waiters();
+    }
+
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut config = rmcp::model::ClientConfig::default();
+        if self.tasks {
+            config.capabilities = rmcp::model::ClientCapabilities::builder()
+                .enable_tasks()
+                .build();
+        }
+        config
     }
 }
 
@@ -62,6 +143,15 @@ pub fn serve_command(args: &[&str]) -> tokio::process::Command {
 }
 
 pub async fn stdio_client(args: &[&str], revision: Revision) -> (Client, Recorder) {
+    stdio_client_with(args, revision, Recorder::default()).await
+}
+
+/// [`stdio_client`] with a recorder of the caller's (e.g. [`Recorder::with_tasks`]).
+pub async fn stdio_client_with(
+    args: &[&str],
+    revision: Revision,
+    recorder: Recorder,
+) -> (Client, Recorder) {
     let mut all = vec!["--stdio"];
     all.extend_from_slice(args);
     let transport = TokioChildProcess::builder(serve_command(&all))
@@ -69,7 +159,6 @@ pub async fn stdio_client(args: &[&str], revision: Revision) -> (Client, Recorde
         .spawn()
         .unwrap()
         .0;
-    let recorder = Recorder::default();
     let client = recorder
         .clone()
         .serve_with_lifecycle(transport, lifecycle(revision))
@@ -137,7 +226,11 @@ impl HttpServer {
     }
 
     pub async fn client(&self, revision: Revision) -> (Client, Recorder) {
-        let recorder = Recorder::default();
+        self.client_with(revision, Recorder::default()).await
+    }
+
+    /// [`HttpServer::client`] with a recorder of the caller's (e.g. [`Recorder::with_tasks`]).
+    pub async fn client_with(&self, revision: Revision, recorder: Recorder) -> (Client, Recorder) {
         let transport = StreamableHttpClientTransport::from_uri(self.url.clone());
         let client = recorder
             .clone()
@@ -213,12 +306,22 @@ pub fn add_token(file: &std::path::Path, name: &str, extra: &[&str]) -> String {
 
 /// An MCP client over HTTP that sends `token` as its bearer token.
 pub async fn client_with_token(url: &str, token: &str, revision: Revision) -> Client {
+    recording_client_with_token(url, token, revision, Recorder::default()).await
+}
+
+/// [`client_with_token`] with a recorder of the caller's.
+pub async fn recording_client_with_token(
+    url: &str,
+    token: &str,
+    revision: Revision,
+    recorder: Recorder,
+) -> Client {
     let config =
         rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
             url.to_owned(),
         )
         .auth_header(token);
-    Recorder::default()
+    recorder
         .serve_with_lifecycle(
             StreamableHttpClientTransport::from_config(config),
             lifecycle(revision),
