@@ -11,13 +11,16 @@
 
 mod audit;
 mod auth;
+mod budget;
 mod caller;
 mod files;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod lenient;
 mod lifecycle;
 mod metrics;
+mod outputs;
 mod packages;
 mod profiles;
 mod prompts;
@@ -29,6 +32,7 @@ pub mod types;
 
 pub use audit::AuditLog;
 pub use auth::{AuthFailure, Authenticator, HttpAuth};
+pub use budget::{DEFAULT_MESSAGE_LIMIT, MAX_MESSAGE_LIMIT, MIN_MESSAGE_LIMIT};
 pub use caller::Caller;
 pub use metrics::{Metrics, Rejection};
 pub use profiles::{Profile, UnknownProfile};

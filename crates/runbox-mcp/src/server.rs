@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 use crate::audit::{self, AuditLog};
 use crate::caller::{Caller, caller_of};
 use crate::metrics::{Metrics, RunOutcome};
+use crate::outputs::OutputStore;
 use crate::profiles::{Profile, Sessions};
 use crate::render;
 use crate::resources::{self, DataCatalog, SANDBOX_FILE_TEMPLATE, Target};
@@ -60,6 +61,8 @@ pub struct ServerSettings {
     pub audit: Option<Arc<AuditLog>>,
     /// The server's metrics (shared with the transport, which serves and feeds them too).
     pub metrics: Arc<Metrics>,
+    /// The most bytes one answer may take (see `budget`).
+    pub message_limit: usize,
 }
 
 impl Default for ServerSettings {
@@ -73,6 +76,7 @@ impl Default for ServerSettings {
             package_network: false,
             audit: None,
             metrics: Arc::new(Metrics::new()),
+            message_limit: crate::budget::DEFAULT_MESSAGE_LIMIT,
         }
     }
 }
@@ -95,6 +99,8 @@ struct State {
     data: Option<DataCatalog>,
     /// Sandboxes named by callers (the mcp-code-sandbox profile's sessions).
     sessions: Sessions,
+    /// Outputs too big to send inline, or referred to by URI.
+    outputs: OutputStore,
 }
 
 /// runbox's MCP server. Cheap to clone: every session shares one registry.
@@ -206,6 +212,13 @@ impl Progress {
     }
 }
 
+/// Where a run happens: in a sandbox (or, without an id, a fresh one from the pool), or in
+/// a fresh sandbox made for it as a request asks.
+enum RunIn {
+    Sandbox(Option<SandboxId>),
+    Fresh(CreateRequest),
+}
+
 /// How a run ended, for the metrics.
 fn run_outcome(r: &Result<Ran, Error>) -> RunOutcome {
     match r {
@@ -247,6 +260,7 @@ impl RunboxServer {
                 settings,
                 data,
                 sessions: Sessions::default(),
+                outputs: OutputStore::default(),
             }),
             tool_router: match profile {
                 Profile::Default => {
@@ -277,6 +291,10 @@ impl RunboxServer {
         &self.state.sessions
     }
 
+    pub(crate) fn outputs(&self) -> &OutputStore {
+        &self.state.outputs
+    }
+
     /// The tenant of requests that carry no [`Caller`].
     pub fn default_tenant(&self) -> &str {
         &self.state.settings.tenant
@@ -300,6 +318,29 @@ impl RunboxServer {
         work: Work,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Ran, Error> {
+        let id = sandbox_id.map(SandboxId::from);
+        self.run_where(caller, RunIn::Sandbox(id), work, ctx).await
+    }
+
+    /// Runs `work` once in a fresh sandbox made as `req` asks, closed after; otherwise as
+    /// [`RunboxServer::run`] without a sandbox id.
+    pub(crate) async fn run_fresh(
+        &self,
+        caller: &Caller,
+        req: CreateRequest,
+        work: Work,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Ran, Error> {
+        self.run_where(caller, RunIn::Fresh(req), work, ctx).await
+    }
+
+    async fn run_where(
+        &self,
+        caller: &Caller,
+        place: RunIn,
+        work: Work,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Ran, Error> {
         let tenant = caller.tenant.as_str();
         let progress = Progress::new(ctx);
         let exec_ctx = ExecContext {
@@ -307,17 +348,16 @@ impl RunboxServer {
             cancel: ctx.ct.clone(),
             credential: caller.credential.clone(),
         };
-        let id = sandbox_id.map(SandboxId::from);
         let language = match &work {
             Work::Code(req) => req.language.as_str(),
             Work::Command(_) => "command",
         };
         let started = Instant::now();
-        let r = self
-            .state
-            .registry
-            .run(tenant, id.as_ref(), work, exec_ctx)
-            .await;
+        let registry = &self.state.registry;
+        let r = match place {
+            RunIn::Sandbox(id) => registry.run(tenant, id.as_ref(), work, exec_ctx).await,
+            RunIn::Fresh(req) => registry.run_once(tenant, req, work, exec_ctx).await,
+        };
         self.metrics()
             .run(language, run_outcome(&r), started.elapsed());
         progress.finish().await;
@@ -401,7 +441,7 @@ impl RunboxServer {
             .run(&caller, args.sandbox_id, Work::Code(req), &ctx)
             .await
         {
-            Ok(ran) => render::run_code(&run_code_output(ran)),
+            Ok(ran) => render::run_code(run_code_output(ran), &self.stash(&caller)),
             Err(e) => render::error(&e),
         }
     }
@@ -665,18 +705,31 @@ fn no_caching(ctx: &RequestContext<RoleServer>) -> Option<(u64, CacheScope)> {
 }
 
 impl RunboxServer {
-    /// Reads a resource: a file of one of the caller's sandboxes, or a data file.
-    async fn read(&self, tenant: &str, uri: &str) -> Result<ReadResourceResult, ErrorData> {
+    /// Reads a resource: a file of one of the caller's sandboxes, a data file, or one of the
+    /// profile's own.
+    async fn read(&self, caller: &Caller, uri: &str) -> Result<ReadResourceResult, ErrorData> {
+        if let Some(r) = self.read_profile_resource(caller, uri).await {
+            return Ok(r);
+        }
+        let tenant = caller.tenant.as_str();
         let not_found = |message: String| {
             ErrorData::resource_not_found(message, Some(serde_json::json!({ "uri": uri })))
         };
         let invalid = |message: String| ErrorData::invalid_params(message, None);
         // A URI of no scheme or shape this server serves names no resource (SEP-2164).
-        match resources::parse(uri).map_err(not_found)? {
+        let (target, piece) = resources::parse_piece(uri).map_err(not_found)?;
+        // A piece: as asked, at most what one message carries. Whole: a byte more than
+        // that, to tell whether it fits.
+        let most = self.piece_budget();
+        let (offset, length) = match piece {
+            Some(p) => (p.offset, p.length.unwrap_or(most).min(most)),
+            None => (0, most + 1),
+        };
+        let (mime, data, size) = match target {
             Target::SandboxFile(id, path) => {
                 let content = self
                     .registry()
-                    .read_file(tenant, &id, &path, 0, Some(resources::MAX_RESOURCE))
+                    .read_file(tenant, &id, &path, offset, Some(length))
                     .await
                     .map_err(|e| match e {
                         Error::SandboxNotFound { .. } | Error::FileNotFound { .. } => {
@@ -684,20 +737,11 @@ impl RunboxServer {
                         }
                         e => invalid(runbox_core::chain(&e)),
                     })?;
-                if content.more() {
-                    return Err(invalid(format!(
-                        "{path} is {} bytes, over the {}-byte maximum of a resource read; read it \
-                         in parts with the read_file tool (offset and length)",
-                        content.size,
-                        resources::MAX_RESOURCE
-                    )));
-                }
-                let mime = resources::mime_type(&content.path);
-                Ok(ReadResourceResult::new(vec![resources::contents(
-                    uri,
-                    mime,
+                (
+                    resources::mime_type(&content.path),
                     content.data,
-                )]))
+                    content.size,
+                )
             }
             Target::Data(name) => {
                 let Some(catalog) = self.data_catalog() else {
@@ -705,25 +749,71 @@ impl RunboxServer {
                         "{uri}: this server has no data directory"
                     )));
                 };
-                match catalog.read(&name) {
+                match catalog.read(&name, offset, length) {
                     Ok(Some((file, data))) => {
-                        Ok(ReadResourceResult::new(vec![resources::contents(
-                            uri,
-                            resources::mime_type(&file.relative),
-                            data,
-                        )]))
+                        (resources::mime_type(&file.relative), data, file.size)
                     }
-                    Ok(None) => Err(not_found(format!(
-                        "{uri}: no such data file (resources/list shows them)"
-                    ))),
-                    Err(e) => Err(invalid(runbox_core::chain(&e))),
+                    Ok(None) => {
+                        return Err(not_found(format!(
+                            "{uri}: no such data file (resources/list shows them)"
+                        )));
+                    }
+                    Err(e) => return Err(invalid(runbox_core::chain(&e))),
                 }
             }
-        }
+            Target::Output(key) => {
+                let Some(output) = self.outputs().get(tenant, &key) else {
+                    return Err(not_found(format!(
+                        "{uri}: no such output; outputs are kept for a while, the oldest dropped \
+                         first to make room, so run the code again to make it anew"
+                    )));
+                };
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(output.data.len());
+                let end = start
+                    .saturating_add(usize::try_from(length).unwrap_or(usize::MAX))
+                    .min(output.data.len());
+                (
+                    output.mime,
+                    output.data[start..end].to_vec(),
+                    output.data.len() as u64,
+                )
+            }
+        };
+        let contents = match piece {
+            Some(_) => resources::blob(uri, mime, &data),
+            None if data.len() as u64 > most => {
+                return Err(invalid(format!(
+                    "{uri} is {size} bytes, more than one message carries ({most} bytes). Read \
+                     it in pieces: {uri}?offset=0&length={most}, then on from offset {most}."
+                )));
+            }
+            None => resources::contents(uri, mime, data, self.read_budget() as usize * 2),
+        };
+        Ok(ReadResourceResult::new(vec![contents]))
     }
 }
 
 impl RunboxServer {
+    /// The error for a call of a tool this server does not have: it names the tool and
+    /// lists those there are (the protocol's invalid-params error, as for any unknown tool).
+    fn unknown_tool(&self, name: &str) -> ErrorData {
+        let tools: Vec<String> = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.into_owned())
+            .collect();
+        ErrorData::invalid_params(
+            format!(
+                "Unknown tool {name:?}. This server's tools are {}.",
+                tools.join(", ")
+            ),
+            Some(serde_json::json!({ "tool": name, "tools": tools })),
+        )
+    }
+
     /// Records a finished tool call in the metrics and, when there is one, the audit log.
     fn record_call(
         &self,
@@ -806,8 +896,13 @@ impl ServerHandler for RunboxServer {
             self.state.settings.audit.as_deref(),
             request.arguments.as_ref(),
         );
-        let tcc = ToolCallContext::new(self, request, context);
-        let result = self.tool_router.call(tcc).await;
+        let result = if self.tool_router.get(&name).is_some() {
+            let tcc = ToolCallContext::new(self, request, context);
+            self.tool_router.call(tcc).await
+        } else {
+            Err(self.unknown_tool(&name))
+        };
+        let result = self.fit_answer(&caller, &name, result);
         self.record_call(&caller, &name, audited, &result, started.elapsed());
         result
     }
@@ -837,6 +932,7 @@ impl ServerHandler for RunboxServer {
                     .collect()
             })
             .unwrap_or_default();
+        let files = [self.profile_resources(), files].concat();
         let mut result = ListResourcesResult::with_all_items(files);
         if let Some((ttl, scope)) = no_caching(&ctx) {
             result = result.with_ttl_ms(ttl).with_cache_scope(scope);
@@ -870,7 +966,7 @@ impl ServerHandler for RunboxServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let mut result = self
-            .read(&caller_of(&ctx, self.default_tenant()).tenant, &request.uri)
+            .read(&caller_of(&ctx, self.default_tenant()), &request.uri)
             .await?;
         if let Some((ttl, scope)) = no_caching(&ctx) {
             result = result.with_ttl_ms(ttl).with_cache_scope(scope);

@@ -210,6 +210,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             package_network,
             audit,
             metrics: Arc::clone(&metrics),
+            message_limit: config.message_limit,
             ..Default::default()
         },
     );
