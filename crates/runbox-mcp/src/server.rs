@@ -101,6 +101,8 @@ struct State {
     sessions: Sessions,
     /// Outputs too big to send inline, or referred to by URI.
     outputs: OutputStore,
+    /// Background processes' output read but not yet sent.
+    backlogs: crate::lifecycle::Backlogs,
 }
 
 /// runbox's MCP server. Cheap to clone: every session shares one registry.
@@ -261,6 +263,7 @@ impl RunboxServer {
                 data,
                 sessions: Sessions::default(),
                 outputs: OutputStore::default(),
+                backlogs: Default::default(),
             }),
             tool_router: match profile {
                 Profile::Default => {
@@ -293,6 +296,10 @@ impl RunboxServer {
 
     pub(crate) fn outputs(&self) -> &OutputStore {
         &self.state.outputs
+    }
+
+    pub(crate) fn backlogs(&self) -> &crate::lifecycle::Backlogs {
+        &self.state.backlogs
     }
 
     /// The tenant of requests that carry no [`Caller`].

@@ -435,9 +435,10 @@ pub struct ProcessOutputOut {
     pub stdout: String,
     /// Standard error written since the last read.
     pub stderr: String,
-    /// Whether it still runs.
+    /// Whether it still runs, or output of it waits to be read (a read returns as much as
+    /// fits in one answer).
     pub running: bool,
-    /// Its exit code once ended.
+    /// Its exit code once ended and all its output read.
     pub exit_code: Option<i64>,
     /// Unread bytes dropped since the last read (the oldest go once 1 MiB is waiting).
     pub dropped_bytes: i64,

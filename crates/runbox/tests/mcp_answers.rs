@@ -455,3 +455,65 @@ async fn errors_read_as_sentences_that_fit_the_error() {
     assert!(!t.contains("close_sandbox"), "{t}");
     client.cancel().await.unwrap();
 }
+
+/// A background process's backlog (up to 1 MiB unread, both streams) comes in answers that
+/// fit, and running stays true until all of it has been read.
+#[tokio::test]
+async fn a_background_backlog_comes_in_answers_that_fit() {
+    let (client, _) = stdio_client(&["--pool", "0"], Revision::Legacy).await;
+    let id = create(&client).await;
+    let r = call(
+        &client,
+        "run_command",
+        json!({"sandbox_id": id, "background": true, "command": "head -c 900000 /dev/zero | tr '\\0' o; echo; head -c 50000 /dev/zero | tr '\\0' e >&2; echo end"}),
+    )
+    .await;
+    let process = structured(&r)["process_id"].as_str().unwrap().to_owned();
+    // Once it has ended, all of it waits unread.
+    loop {
+        let r = call(&client, "get_sandbox_status", json!({"sandbox_id": id})).await;
+        let ended = structured(&r)["background_processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["process_id"] == process.as_str() && p["running"] == false);
+        if ended {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (mut stdout, mut stderr, mut reads) = (String::new(), String::new(), 0);
+    loop {
+        let r = call(
+            &client,
+            "read_process_output",
+            json!({"sandbox_id": id, "process_id": process}),
+        )
+        .await;
+        assert!(!is_error(&r), "{}", text(&r));
+        assert!(
+            wire_size(&r) < LIMIT,
+            "an answer of {} bytes",
+            wire_size(&r)
+        );
+        let s = structured(&r);
+        stdout.push_str(s["stdout"].as_str().unwrap());
+        stderr.push_str(s["stderr"].as_str().unwrap());
+        assert_eq!(s["dropped_bytes"], 0);
+        reads += 1;
+        if s["running"] == false {
+            assert_eq!(s["exit_code"], 0);
+            break;
+        }
+        assert_eq!(
+            s["exit_code"],
+            Value::Null,
+            "no end before all output is read"
+        );
+    }
+    assert!(reads >= 3, "{reads} reads");
+    assert_eq!(stdout.len(), 900_000 + "\nend\n".len());
+    assert!(stdout.ends_with("o\nend\n"));
+    assert_eq!(stderr, "e".repeat(50_000));
+    client.cancel().await.unwrap();
+}
