@@ -35,7 +35,7 @@ const BASE64_OUT: GeneralPurpose = base64::engine::general_purpose::STANDARD;
 pub(crate) const MAX_READ: u64 = 4 << 20;
 
 /// How many bytes `c` takes in a JSON string (as serde_json writes it).
-fn json_len(c: char) -> usize {
+pub(crate) fn json_len(c: char) -> usize {
     match c {
         '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
         c if (c as u32) < 0x20 => 6,

@@ -222,8 +222,6 @@ fn shown_value(v: Option<&serde_json::Value>) -> String {
 pub(crate) fn run_code(mut out: RunCodeOutput, stash: &Stash<'_>) -> CallToolResult {
     let moved = move_out(&mut out.results, stash);
     let mut text = String::new();
-    section(&mut text, "stdout", &out.stdout);
-    section(&mut text, "stderr", &out.stderr);
     for r in &out.results {
         let mut shown = shown_value(r.data.get("text/plain"));
         let others: Vec<&str> = r
@@ -263,11 +261,16 @@ pub(crate) fn run_code(mut out: RunCodeOutput, stash: &Stash<'_>) -> CallToolRes
     for note in &out.notes {
         let _ = writeln!(text, "[note] {note}");
     }
-    // What is sent so far, and so the room left for images inline.
-    let mut used = serde_json::to_string(&out).map_or(usize::MAX, |s| s.len())
-        + serde_json::to_string(&text).map_or(usize::MAX, |s| s.len())
-        + links.len() * 512;
     let room = stash.room();
+    let structured = json_size(&out);
+    let mut text = streams(
+        &out.stdout,
+        &out.stderr,
+        room,
+        structured + json_size(&text),
+    ) + &text;
+    // What is sent so far, and so the room left for images inline.
+    let mut used = structured + json_size(&text) + links.len() * 512;
     let mut blocks = Vec::new();
     for m in moved {
         let inline = m.image.filter(|image| {
@@ -311,6 +314,53 @@ pub(crate) fn run_code(mut out: RunCodeOutput, stash: &Stash<'_>) -> CallToolRes
     with_structured(base(content), &out)
 }
 
+/// How many bytes `v` takes as JSON.
+fn json_size<T: Serialize + ?Sized>(v: &T) -> usize {
+    serde_json::to_vec(v).map_or(usize::MAX, |j| j.len())
+}
+
+/// The `[stdout]` and `[stderr]` sections of a run's text. The text repeats what
+/// `structuredContent` carries; when both would not fit in `room` with the `used` bytes
+/// already taken, the text shows the head and tail of each stream and says where the rest
+/// is (`structuredContent` keeps all of it).
+fn streams(stdout: &str, stderr: &str, room: usize, used: usize) -> String {
+    let mut text = String::new();
+    let left = room.saturating_sub(used);
+    if json_size(stdout) + json_size(stderr) + 64 <= left {
+        section(&mut text, "stdout", stdout);
+        section(&mut text, "stderr", stderr);
+        return text;
+    }
+    let share = left / 2;
+    section(&mut text, "stdout", &shorten(stdout, share));
+    section(&mut text, "stderr", &shorten(stderr, share));
+    text
+}
+
+/// `s`, or its head and tail when it takes more than `room` bytes as JSON.
+fn shorten(s: &str, room: usize) -> String {
+    if json_size(s) <= room {
+        return s.to_owned();
+    }
+    let half = room.saturating_sub(256) / 2;
+    let head = crate::files::fit_json(s, half);
+    let mut taken = 0;
+    let mut tail_at = s.len();
+    for (i, c) in s.char_indices().rev() {
+        taken += crate::files::json_len(c);
+        if taken > half || i < head.len() {
+            break;
+        }
+        tail_at = i;
+    }
+    let tail = &s[tail_at..];
+    format!(
+        "{head}\n[... {} bytes left out of this text to fit one message; structuredContent has \
+         all of the output ...]\n{tail}",
+        s.len() - head.len() - tail.len()
+    )
+}
+
 /// How a sandbox state reads in answers.
 pub(crate) fn state_name(state: runbox_core::SandboxState) -> &'static str {
     match state {
@@ -321,10 +371,8 @@ pub(crate) fn state_name(state: runbox_core::SandboxState) -> &'static str {
 }
 
 /// `run_command`'s result; `isError` for a non-zero status, a timeout or a cancellation.
-pub(crate) fn run_command(out: &RunCommandOutput) -> CallToolResult {
+pub(crate) fn run_command(out: &RunCommandOutput, stash: &Stash<'_>) -> CallToolResult {
     let mut text = String::new();
-    section(&mut text, "stdout", &out.stdout);
-    section(&mut text, "stderr", &out.stderr);
     match (out.exit_code, &out.process_id) {
         (Some(code), _) => {
             let _ = writeln!(text, "[exit code {code}]");
@@ -343,6 +391,8 @@ pub(crate) fn run_command(out: &RunCommandOutput) -> CallToolResult {
     for note in &out.notes {
         let _ = writeln!(text, "[note] {note}");
     }
+    let used = json_size(out) + json_size(&text) + links.len() * 512;
+    let text = streams(&out.stdout, &out.stderr, stash.room(), used) + &text;
     let failed = out.exit_code.is_some_and(|c| c != 0) || out.timed_out || out.cancelled;
     let base = if failed {
         CallToolResult::error
@@ -538,6 +588,26 @@ mod tests {
             1,
             "the base64 travels once"
         );
+    }
+
+    #[test]
+    fn full_streams_show_their_head_and_tail_in_the_text_when_both_copies_would_not_fit() {
+        let mut o = output();
+        o.stdout = format!("first\n{}last\n", "x\n".repeat(60_000));
+        o.stderr = "\u{1}".repeat(20_000);
+        let limit = crate::budget::DEFAULT_MESSAGE_LIMIT;
+        let r = render_with(&o, &crate::outputs::OutputStore::default(), limit);
+        assert!(crate::budget::size_of(&r) < limit, "{}", crate::budget::size_of(&r));
+        let t = text(&r);
+        assert!(t.starts_with("[stdout]\nfirst\n") && t.contains("last\n"), "{}", &t[..100]);
+        assert!(t.contains("left out of this text"), "shortened");
+        assert_eq!(r.structured_content.unwrap()["stdout"], o.stdout.as_str(), "all of it");
+        // Output that fits is shown whole.
+        let r = render(&output());
+        assert!(!text(&r).contains("left out"));
+        assert_eq!(shorten("abc", 10), "abc");
+        let short = shorten(&"é".repeat(1000), 600);
+        assert!(short.starts_with('é') && short.ends_with('é') && short.len() < 700, "{short}");
     }
 
     #[test]

@@ -387,20 +387,27 @@ impl RunboxServer {
         };
         let started = std::time::Instant::now();
         match self.state.registry.start_process(tenant, &id, req).await {
-            Ok(info) => render::run_command(&RunCommandOutput {
-                sandbox_id: id.to_string(),
-                ephemeral: false,
-                stdout: String::new(),
-                stderr: String::new(),
-                exit_code: None,
-                process_id: Some(info.id.to_string()),
-                duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
-                truncated: false,
-                timed_out: false,
-                cancelled: false,
-                files: Vec::new(),
-                notes: Vec::new(),
-            }),
+            Ok(info) => render::run_command(
+                &RunCommandOutput {
+                    sandbox_id: id.to_string(),
+                    ephemeral: false,
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    exit_code: None,
+                    process_id: Some(info.id.to_string()),
+                    duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+                    truncated: false,
+                    timed_out: false,
+                    cancelled: false,
+                    files: Vec::new(),
+                    notes: Vec::new(),
+                },
+                &crate::budget::Stash {
+                    store: self.outputs(),
+                    tenant,
+                    limit: self.message_limit(),
+                },
+            ),
             Err(e) => render::error(&e),
         }
     }
@@ -482,7 +489,7 @@ impl RunboxServer {
             .run(&caller, args.sandbox_id, Work::Command(req), &ctx)
             .await
         {
-            Ok(ran) => render::run_command(&run_command_output(ran)),
+            Ok(ran) => render::run_command(&run_command_output(ran), &self.stash(&caller)),
             Err(e) => render::error(&e),
         }
     }
