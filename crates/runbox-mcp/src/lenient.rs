@@ -219,19 +219,6 @@ where
     s.parse().map_err(de::Error::custom)
 }
 
-/// An optional name read in any case; null or absent is `None`.
-pub(crate) fn opt_from_name<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: FromStr,
-    T::Err: fmt::Display,
-{
-    match Option::<String>::deserialize(d)? {
-        None => Ok(None),
-        Some(s) => s.parse().map(Some).map_err(de::Error::custom),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -597,17 +597,32 @@ mod tests {
         o.stderr = "\u{1}".repeat(20_000);
         let limit = crate::budget::DEFAULT_MESSAGE_LIMIT;
         let r = render_with(&o, &crate::outputs::OutputStore::default(), limit);
-        assert!(crate::budget::size_of(&r) < limit, "{}", crate::budget::size_of(&r));
+        assert!(
+            crate::budget::size_of(&r) < limit,
+            "{}",
+            crate::budget::size_of(&r)
+        );
         let t = text(&r);
-        assert!(t.starts_with("[stdout]\nfirst\n") && t.contains("last\n"), "{}", &t[..100]);
+        assert!(
+            t.starts_with("[stdout]\nfirst\n") && t.contains("last\n"),
+            "{}",
+            &t[..100]
+        );
         assert!(t.contains("left out of this text"), "shortened");
-        assert_eq!(r.structured_content.unwrap()["stdout"], o.stdout.as_str(), "all of it");
+        assert_eq!(
+            r.structured_content.unwrap()["stdout"],
+            o.stdout.as_str(),
+            "all of it"
+        );
         // Output that fits is shown whole.
         let r = render(&output());
         assert!(!text(&r).contains("left out"));
         assert_eq!(shorten("abc", 10), "abc");
         let short = shorten(&"é".repeat(1000), 600);
-        assert!(short.starts_with('é') && short.ends_with('é') && short.len() < 700, "{short}");
+        assert!(
+            short.starts_with('é') && short.ends_with('é') && short.len() < 700,
+            "{short}"
+        );
     }
 
     #[test]

@@ -576,6 +576,12 @@ impl FromStr for Encoding {
     }
 }
 
+impl<'de> Deserialize<'de> for Encoding {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        lenient::from_name(d)
+    }
+}
+
 /// Arguments of `read_file`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -585,7 +591,7 @@ pub struct ReadFileArgs {
     /// The file, in /workspace, /tmp or /data; relative paths start at /workspace.
     pub path: String,
     /// utf-8 or base64. Without it, text comes back as utf-8 and anything else as base64.
-    #[serde(default, deserialize_with = "lenient::opt_from_name")]
+    #[serde(default)]
     pub encoding: Option<Encoding>,
     /// Byte offset to start at (default 0).
     #[serde(default, deserialize_with = "lenient::opt_i64")]
@@ -632,7 +638,7 @@ pub struct WriteFileArgs {
     /// The content, in `encoding`.
     pub content: String,
     /// utf-8 (default) or base64 (for binary files).
-    #[serde(default, deserialize_with = "lenient::opt_from_name")]
+    #[serde(default)]
     pub encoding: Option<Encoding>,
     /// Add to the end of the file instead of replacing it (default false).
     #[serde(default, deserialize_with = "lenient::bool")]
