@@ -10,8 +10,11 @@
 //!   `structuredContent` where their base64 was; an image or value too big for the message
 //!   goes as a `resource_link` to an output the client reads in pieces
 //!   ([`crate::outputs`]);
-//! - an answer still over the limit (a huge listing, a background process's backlog, a
-//!   profile's JSON) is kept whole as an output and answered with a link to it
+//! - `list_files` lists what fits, `read_process_output` returns what fits and keeps the
+//!   rest for the next read, and a run's text shows the head and tail of streams whose two
+//!   copies would not fit (`structuredContent` keeps all of them);
+//! - an answer still over the limit (output past a raised `--output-limit`, a profile's
+//!   JSON) is kept whole as an output and answered with a link to it
 //!   ([`RunboxServer::fit_answer`]).
 
 use rmcp::ErrorData;
