@@ -27,7 +27,9 @@ use std::sync::Mutex;
 
 use libfuzzer_sys::fuzz_target;
 use runbox_core::Language;
-use runbox_mcp::fuzzing::{data_file_uri, fit_json, parse_resource_uri, sandbox_file_uri, seconds};
+use runbox_mcp::fuzzing::{
+    data_file_uri, fit_json, parse_resource_piece, parse_resource_uri, sandbox_file_uri, seconds,
+};
 use runbox_mcp::types::{
     CreateSandboxArgs, Encoding, InstallPackagesArgs, LanguageArg, ListFilesArgs, ManagerArg,
     NetworkArg, ProcessArgs, ReadFileArgs, ReadProcessArgs, RunCodeArgs, RunCommandArgs,
@@ -150,6 +152,14 @@ fn check_uri(uri: &str) {
                 "{uri:?} written back as {again:?}"
             );
         }
+        Ok((None, name)) if name.starts_with("output://") => {
+            // A kept output: its key is hex, and nothing follows it in the name given.
+            let key = name.trim_start_matches("output://").trim_end_matches('/');
+            assert!(
+                !key.is_empty() && key.chars().all(|c| c.is_ascii_hexdigit()),
+                "{uri:?}: output key {key:?}"
+            );
+        }
         Ok((None, name)) => {
             // Data files are named by their path below the data directory: never absolute.
             if !name.starts_with('/') {
@@ -162,6 +172,12 @@ fn check_uri(uri: &str) {
             }
         }
         Err(message) => assert!(message.contains(uri), "{uri:?}: {message}"),
+    }
+    // A query asks for a piece: the URI before it parses as it does alone.
+    if let Ok((id, name, piece)) = parse_resource_piece(uri) {
+        let base = uri.split_once('?').map_or(uri, |(b, _)| b);
+        assert_eq!(parse_resource_uri(base), Ok((id, name)), "{uri:?}");
+        assert_eq!(piece.is_some(), uri.contains('?'), "{uri:?}");
     }
 }
 

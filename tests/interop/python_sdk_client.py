@@ -5,8 +5,8 @@ Usage:
 
 Runs the core flow (tools and their schemas, a sandbox with state across calls, a command,
 files in and out, resource links and resources, the prompt, status and list, errors, close,
-a one-shot run with progress) and exits 0 when every check
-holds, 1 with the failed check otherwise.
+a one-shot run with progress, arguments as models send them, an unknown tool) and exits 0
+when every check holds, 1 with the failed check otherwise.
 """
 
 import argparse
@@ -17,6 +17,7 @@ import sys
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 
 def check(cond, what):
@@ -95,6 +96,18 @@ async def core_flow(client, mode):
 
     r = await client.call_tool("run_code", {"code": "console.log([1,2,3].map(x => x * 2).join(','))", "language": "javascript"})
     check(r.structured_content["stdout"] == "2,4,6\n", f"javascript: {r.structured_content}")
+
+    # Arguments as models send them: numbers as text, languages in any case or by alias.
+    r = await client.call_tool("run_code", {"code": "print('py')", "language": "Py", "timeout_seconds": "30"})
+    check(not r.is_error and r.structured_content["stdout"] == "py\n", f"liberal arguments: {r.content}")
+    r = await client.call_tool("run_code", {"code": "console.log('node')", "language": "Node", "env": '{"A": "1"}'})
+    check(not r.is_error and r.structured_content["stdout"] == "node\n", f"liberal arguments: {r.content}")
+    # An unknown tool: its name and the tools there are.
+    try:
+        await client.call_tool("run_python", {"code": "1"})
+        check(False, "an unknown tool answered")
+    except MCPError as e:
+        check("run_python" in str(e) and "run_code" in str(e) and "create_sandbox" in str(e), f"unknown tool: {e}")
 
 
 async def files_flow(client, sid):

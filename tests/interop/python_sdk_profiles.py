@@ -5,7 +5,8 @@ Usage:
                            (--url http://127.0.0.1:PORT/mcp [--token KEY] | --stdio RUNBOX [ARGS...])
 
 Checks each profile's tool names, arguments and answer shapes the way a client written for
-the seed server reads them (docs: README, "Compatibility profiles"):
+the seed server reads them (docs: README, "Compatibility profiles"), failures included: as
+the originals did, the profiles answer them as ordinary content, never isError.
 
 - novita-tutorial: create_sandbox_session, run_python_code twice with state,
   run_on_command_line, stop_sandbox_session, the errors, the data resource
@@ -74,6 +75,7 @@ async def novita(client, mode):
     t = text_of(r)
     prefix = "Successfully created sandbox. Sandbox ID: "
     check(not r.is_error and t.startswith(prefix), f"create: {t}")
+    check(r.structured_content == {"result": t}, f"FastMCP's str result: {r.structured_content}")
     sid = t[len(prefix):]
 
     r = await client.call_tool("run_python_code", {"sandbox_id": sid, "python_code": "import math\nx = math.factorial(5)\nprint('x is', x)"})
@@ -87,15 +89,15 @@ async def novita(client, mode):
 
     r = await client.call_tool("run_python_code", {"sandbox_id": sid, "python_code": "raise KeyError('missing')"})
     v = obj(r)
-    check(r.is_error, "an exception is an error result")
+    check(not r.is_error, "an exception is ordinary content, as the tutorial answered it")
     check(v["error"]["name"] == "KeyError" and "Traceback" in v["error"]["traceback"], f"error: {v}")
 
     r = await client.call_tool("run_on_command_line", {"sandbox_id": sid, "command_line": "echo hi; python3 -c 'import json; print(len(json.load(open(\"/data/user_stock_portfolio.json\"))[\"holdings\"]))'"})
     v = obj(r)
     check(v == {"output": {"stdout": "hi\n1\n", "stderr": "", "exit_code": 0, "error": None}, "execution error": None}, f"command: {v}")
-    r = await client.call_tool("run_on_command_line", {"sandbox_id": sid, "command_line": "exit 4"})
+    r = await client.call_tool("run_on_command_line", {"sandbox_id": sid, "command_line": "echo no >&2; exit 4"})
     v = obj(r)
-    check(r.is_error and v["output"]["exit_code"] == 4 and v["output"]["error"] == "exit status 4", f"failed command: {v}")
+    check(not r.is_error and v == {"output": None, "execution error": "Command exited with code 4 and error:\nno\n"}, f"failed command: {v}")
 
     resources = (await client.list_resources()).resources
     check([str(x.uri) for x in resources] == ["data://user_stock_portfolio"], f"resources: {resources}")
@@ -111,13 +113,13 @@ async def novita(client, mode):
     r = await client.call_tool("stop_sandbox_session", {"sandbox_id": sid})
     check(not r.is_error and text_of(r) == f"Successfully killed Sandbox ID: {sid}", f"stop: {r.content}")
     r = await client.call_tool("stop_sandbox_session", {"sandbox_id": sid})
-    check(r.is_error and text_of(r).startswith(f"Failed to kill Sandbox ID: {sid}\n "), f"stop again: {r.content}")
+    check(not r.is_error and text_of(r).startswith(f"Failed to kill Sandbox ID: {sid}\n "), f"stop again: {r.content}")
     r = await client.call_tool("run_on_command_line", {"sandbox_id": sid, "command_line": "true"})
     v = obj(r)
-    check(r.is_error and v["output"] is None and sid in v["execution error"], f"stopped sandbox: {v}")
+    check(not r.is_error and v["output"] is None and sid in v["execution error"], f"stopped sandbox: {v}")
     r = await client.call_tool("run_python_code", {"sandbox_id": sid, "python_code": "1"})
     v = obj(r)
-    check(r.is_error and v["error"]["name"] == "SandboxNotFound", f"stopped sandbox: {v}")
+    check(not r.is_error and list(v) == ["error"] and sid in v["error"], f"stopped sandbox: {v}")
 
 
 async def code_sandbox_mcp(client, mode):
@@ -126,20 +128,21 @@ async def code_sandbox_mcp(client, mode):
     check((await client.list_prompts()).prompts == [], "no prompts")
 
     r = await client.call_tool("run_python_code", {"code": "print(' hello ')"})
-    check(not r.is_error and text_of(r) == "hello" and r.structured_content is None, f"python: {r.content}")
+    check(not r.is_error and text_of(r) == "hello", f"python: {r.content}")
+    check(r.structured_content == {"type": "text", "text": "hello", "annotations": None, "_meta": None}, f"TextContent: {r.structured_content}")
     r = await client.call_tool("run_python_code", {"code": "x = 1"})
-    check(not r.is_error and text_of(r) == "No output, forgot print()?", f"no output: {r.content}")
+    check(not r.is_error and json.loads(text_of(r)) == {"exit_code": 1, "stderr": "No output, forgot print()?", "stdout": ""}, f"no output: {r.content}")
     r = await client.call_tool("run_python_code", {"code": "print(x)"})
     v = json.loads(text_of(r))
-    check(r.is_error and sorted(v) == ["exit_code", "stderr"] and v["exit_code"] == 1 and "NameError" in v["stderr"], f"fresh sandbox: {v}")
+    check(not r.is_error and list(v) == ["exit_code", "stderr", "stdout"] and v["exit_code"] == 1 and "NameError" in v["stderr"], f"fresh sandbox: {v}")
 
     r = await client.call_tool("run_javascript_code", {"code": "console.log([1, 2, 3].map(x => x * 2).join(','))"})
     check(not r.is_error and text_of(r) == "2,4,6", f"javascript: {r.content}")
     r = await client.call_tool("run_javascript_code", {"code": "const y = 2"})
-    check(text_of(r) == "No output, forgot console.log()?", f"no output: {r.content}")
+    check(json.loads(text_of(r))["stderr"] == "No output, forgot console.logs?", f"no output: {r.content}")
     r = await client.call_tool("run_javascript_code", {"code": "null.x"})
     v = json.loads(text_of(r))
-    check(r.is_error and v["exit_code"] == 1 and "TypeError" in v["stderr"], f"javascript error: {v}")
+    check(not r.is_error and v["exit_code"] == 1 and "TypeError" in v["stderr"], f"javascript error: {v}")
 
     r = await client.call_tool("run_python_code", {"code": "import os\nprint(os.environ.get('RUNBOX_TEST_PASSED'), os.environ.get('RUNBOX_TEST_HIDDEN'))"})
     expected = f"{os.environ['RUNBOX_TEST_PASSED']} None"
@@ -166,45 +169,51 @@ async def mcp_code_sandbox(client, mode):
     r = await client.call_tool("create_sandbox", {"session_id": session})
     check(not r.is_error and text_of(r) == f"Sandbox created successfully with session ID: {session}", f"create: {r.content}")
     r = await client.call_tool("create_sandbox", {"session_id": session})
-    check(r.is_error and "already exists" in text_of(r), f"create twice: {r.content}")
+    check(not r.is_error and text_of(r) == f"Sandbox with session ID {session} already exists.", f"create twice: {r.content}")
     v = obj(await client.call_tool("get_sandbox_status", {}))
-    check(v == {"active_sandbox_count": 1, "active_sessions": [session]}, f"status: {v}")
+    check(v == {"active_sandbox_count": 1, "active_sessions": [session], "interpreter_type": "local"}, f"status: {v}")
     v = obj(await client.call_tool("get_sandbox_status", {"session_id": session}))
-    check(v == {"status": "active", "session_id": session}, f"status: {v}")
+    check(v == {"status": "active", "session_id": session, "interpreter_type": "local"}, f"status: {v}")
 
     v = obj(await client.call_tool("execute_code", {"session_id": session, "code": "total = sum(range(10))\nprint(total)"}))
     check(v == {"logs": {"stdout": ["45\n"], "stderr": []}, "error": None}, f"execute: {v}")
     v = obj(await client.call_tool("execute_code", {"session_id": session, "code": "print(total + 1)"}))
     check(v["logs"]["stdout"] == ["46\n"], f"state kept: {v}")
+    r = await client.call_tool("execute_code", {"session_id": session, "code": "1 / 0"})
+    v = obj(r)
+    check(not r.is_error and v["error"]["name"] == "ZeroDivisionError", f"an exception as ordinary content: {v}")
     r = await client.call_tool("execute_code", {"session_id": "nobody", "code": "1"})
-    check(r.is_error and obj(r) == {"error": "No sandbox found with session ID: nobody. Create a sandbox first."}, f"unknown session: {r.content}")
+    check(not r.is_error and obj(r) == {"error": "No sandbox found with session ID: nobody. Create a sandbox first."}, f"unknown session: {r.content}")
 
+    # Every path answered is the sandbox's own, one code opens as it is.
     v = obj(await client.call_tool("write_file", {"session_id": session, "file_path": "/in/a.txt", "content": "alpha"}))
-    check(v == {"path": "/in/a.txt", "message": "File written successfully"}, f"write: {v}")
-    v = obj(await client.call_tool("upload_file", {"session_id": session, "file_name": "b.txt", "file_content": "beta"}))
-    check(v == {"path": "/b.txt", "message": "File uploaded successfully"}, f"upload: {v}")
+    check(v == {"path": "/workspace/in/a.txt", "message": "File written successfully"}, f"write: {v}")
+    v = obj(await client.call_tool("upload_file", {"session_id": session, "file_name": "data.csv", "file_content": "x,y\n1,2\n"}))
+    check(v == {"path": "/workspace/data.csv", "message": "File uploaded successfully"}, f"upload: {v}")
+    v = obj(await client.call_tool("execute_code", {"session_id": session, "code": f"print(open({v['path']!r}).read().split()[1])"}))
+    check(v["logs"]["stdout"] == ["1,2\n"], f"code opens the path answered: {v}")
     v = obj(await client.call_tool("list_files", {"session_id": session}))
-    listed = [(f["name"], f["type"]) for f in v["files"] if not f["name"].startswith(".")]
-    check(v["path"] == "/" and listed == [("b.txt", "file"), ("in", "dir")], f"list: {v}")
+    listed = [(f["name"], f["type"], f["path"]) for f in v["files"] if not f["name"].startswith(".")]
+    check(v["path"] == "/workspace" and listed == [("data.csv", "file", "/workspace/data.csv"), ("in", "dir", "/workspace/in")], f"list: {v}")
+    v = obj(await client.call_tool("list_files", {"session_id": session, "path": "/workspace/in"}))
+    check(v["path"] == "/workspace/in" and [f["path"] for f in v["files"]] == ["/workspace/in/a.txt"], f"list a path answered: {v}")
     v = obj(await client.call_tool("read_file", {"session_id": session, "file_path": "/in/a.txt"}))
-    check(v == {"path": "/in/a.txt", "content": "alpha"}, f"read: {v}")
-    v = obj(await client.call_tool("execute_code", {"session_id": session, "code": "print(open('b.txt').read())"}))
-    check(v["logs"]["stdout"] == ["beta\n"], f"code sees the files: {v}")
+    check(v == {"path": "/workspace/in/a.txt", "content": "alpha"}, f"read: {v}")
 
     r = await client.call_tool("install_package", {"session_id": session, "package_name": "six"})
     v = obj(r)
     check(sorted(v) == ["error", "output", "package"] and v["package"] == "six", f"install: {v}")
-    check(sorted(v["output"]) == ["stderr", "stdout"] and r.is_error == (v["error"] is not None), f"install: {v}")
+    check(sorted(v["output"]) == ["stderr", "stdout"] and not r.is_error, f"install: {v}")
 
     v = obj(await client.call_tool("create_run_close", {"code": "print('once')"}))
-    check(v == {"logs": {"stdout": ["once\n"], "stderr": []}, "error": None, "sandbox_status": "created and will be closed automatically", "sandbox_closed": True}, f"create_run_close: {v}")
+    check(v == {"logs": {"stdout": ["once\n"], "stderr": []}, "error": None, "sandbox_status": "created and will be closed automatically", "sandbox_closed": True, "sandbox_removed": True}, f"create_run_close: {v}")
 
     r = await client.call_tool("close_sandbox", {"session_id": session})
     check(not r.is_error and "successfully closed" in text_of(r), f"close: {r.content}")
     r = await client.call_tool("close_sandbox", {"session_id": session})
     check(not r.is_error and "not active or has already been closed" in text_of(r), f"close twice: {r.content}")
     v = obj(await client.call_tool("get_sandbox_status", {}))
-    check(v == {"active_sandbox_count": 0, "active_sessions": []}, f"status after close: {v}")
+    check(v == {"active_sandbox_count": 0, "active_sessions": [], "interpreter_type": "local"}, f"status after close: {v}")
 
 
 FLOWS = {"novita-tutorial": novita, "code-sandbox-mcp": code_sandbox_mcp, "mcp-code-sandbox": mcp_code_sandbox}

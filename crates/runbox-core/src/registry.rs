@@ -628,17 +628,40 @@ impl Registry {
                     credential: ctx.credential.clone(),
                     ..CreateRequest::default()
                 };
-                let (view, _) = self.create_quietly(owner, one_shot).await?;
-                let r = self.run_in(owner, &view.id, work, ctx, false).await;
-                self.close_later(&view.id).await;
-                Ok(Ran {
-                    sandbox_id: view.id,
-                    ephemeral: true,
-                    outcome: r?.0,
-                    changes: None,
-                })
+                self.one_shot(owner, one_shot, work, ctx).await
             }
         }
+    }
+
+    /// Runs `work` for `owner` once, in a fresh sandbox made as `req` asks (with a network,
+    /// say) and closed after: what [`Registry::run`] does without a sandbox id.
+    pub async fn run_once(
+        &self,
+        owner: &str,
+        req: CreateRequest,
+        work: Work,
+        ctx: ExecContext,
+    ) -> Result<Ran> {
+        let _slot = self.start_run(owner)?;
+        self.one_shot(owner, req, work, ctx).await
+    }
+
+    async fn one_shot(
+        &self,
+        owner: &str,
+        req: CreateRequest,
+        work: Work,
+        ctx: ExecContext,
+    ) -> Result<Ran> {
+        let (view, _) = self.create_quietly(owner, req).await?;
+        let r = self.run_in(owner, &view.id, work, ctx, false).await;
+        self.close_later(&view.id).await;
+        Ok(Ran {
+            sandbox_id: view.id,
+            ephemeral: true,
+            outcome: r?.0,
+            changes: None,
+        })
     }
 
     async fn run_in(

@@ -29,16 +29,13 @@ const BASE64_IN: GeneralPurpose = GeneralPurpose::new(
 );
 const BASE64_OUT: GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
-/// Most bytes one `read_file` returns. Its answer carries them twice (as content and in
-/// `structuredContent`), and MCP clients refuse messages over 16 MiB (rmcp's stdio line and
-/// SSE event limits): 4 MiB is 5.3 MiB as base64, so twice that fits with room to spare.
+/// Most bytes one read of a file takes, whatever the message limit (the local backend's
+/// own maximum). With the default limit a `read_file` returns far fewer: see
+/// [`RunboxServer::read_budget`].
 pub(crate) const MAX_READ: u64 = 4 << 20;
-/// Most bytes of JSON-escaped text one copy of a `read_file` answer carries: text full of
-/// control characters escapes to six times its size, so such text comes in shorter parts.
-const MAX_TEXT_JSON: usize = 6 << 20;
 
 /// How many bytes `c` takes in a JSON string (as serde_json writes it).
-fn json_len(c: char) -> usize {
+pub(crate) fn json_len(c: char) -> usize {
     match c {
         '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
         c if (c as u32) < 0x20 => 6,
@@ -78,16 +75,24 @@ fn utf8_prefix(bytes: &[u8], partial: bool) -> Option<&str> {
     }
 }
 
-/// The answer to `read_file`: the text itself (or base64), an image block for a whole
-/// image, and where to go on when bytes remain.
-fn read_result(content: FileContent, asked: Option<Encoding>) -> Result<CallToolResult, Error> {
+/// The answer to `read_file`: the text itself (as text content and in
+/// `structuredContent`), other bytes once as base64 in `structuredContent`, a whole image
+/// once as image content (`content` is then empty and `uri` names the file), and where to
+/// go on when bytes remain. Text takes at most `text_room` bytes as JSON per copy: text
+/// full of control characters escapes to six times its size, so it comes in shorter parts.
+fn read_result(
+    content: FileContent,
+    asked: Option<Encoding>,
+    uri: String,
+    text_room: usize,
+) -> Result<CallToolResult, Error> {
     let mime = mime_type(&content.path);
     let partial = content.more();
     let (encoding, text, used) = match asked {
         Some(Encoding::Base64) => (Encoding::Base64, None, content.data.len()),
         _ => match utf8_prefix(&content.data, partial) {
             Some(t) => {
-                let t = fit_json(t, MAX_TEXT_JSON);
+                let t = fit_json(t, text_room);
                 (Encoding::Utf8, Some(t.to_owned()), t.len())
             }
             None if asked == Some(Encoding::Utf8) => {
@@ -100,35 +105,43 @@ fn read_result(content: FileContent, asked: Option<Encoding>) -> Result<CallTool
         },
     };
     let data = &content.data[..used];
-    let b64 = (encoding == Encoding::Base64).then(|| BASE64_OUT.encode(data));
     let end = content.offset + used as u64;
     let more = end < content.size;
+    let whole_image = is_image(&mime) && content.offset == 0 && !more;
+    let b64 = (encoding == Encoding::Base64).then(|| BASE64_OUT.encode(data));
     let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let out = ReadFileOutput {
+    let mut out = ReadFileOutput {
         path: content.path.clone(),
-        content: text.clone().or_else(|| b64.clone()).unwrap_or_default(),
+        content: String::new(),
         encoding,
         offset: i(content.offset),
         length: i(used as u64),
         size: i(content.size),
         more,
         mime_type: mime.clone(),
+        uri,
     };
-    let whole_image = is_image(&mime) && content.offset == 0 && !more;
     let mut blocks = Vec::new();
-    match (&text, &b64) {
-        (Some(t), _) => blocks.push(ContentBlock::text(t.clone())),
+    match (text, b64) {
+        (Some(t), _) => {
+            blocks.push(ContentBlock::text(t.clone()));
+            out.content = t;
+        }
         (None, Some(b)) if whole_image => {
             blocks.push(ContentBlock::text(format!(
-                "{}: {mime}, {} bytes, shown as an image (base64 in structuredContent.content)",
-                content.path, content.size
+                "{}: {mime}, {} bytes, shown as an image (its bytes are in the image content only; \
+                 the resource {} reads them too)",
+                content.path, content.size, out.uri
             )));
-            blocks.push(ContentBlock::image(b.clone(), mime.clone()));
+            blocks.push(ContentBlock::image(b, mime.clone()));
         }
-        (None, Some(b)) => blocks.push(ContentBlock::text(format!(
-            "{} ({mime}, not text), base64:\n{b}",
-            content.path
-        ))),
+        (None, Some(b)) => {
+            blocks.push(ContentBlock::text(format!(
+                "{} ({mime}, not text): {used} bytes, as base64 in structuredContent.content",
+                content.path
+            )));
+            out.content = b;
+        }
         (None, None) => {}
     }
     if more || content.offset > 0 {
@@ -173,35 +186,48 @@ impl RunboxServer {
             Ok(l) => l,
             Err(e) => return render::error(&e),
         };
-        let entries: Vec<FileEntryOut> = listing
-            .entries
-            .into_iter()
-            .map(|e| FileEntryOut {
+        let mut text = String::new();
+        if listing.entries.is_empty() {
+            let _ = writeln!(text, "{path} is empty.");
+        }
+        // Each entry shows twice (a line of text, and in structuredContent): as many as fit
+        // in one answer.
+        let room = self.read_budget() as usize * 2;
+        let mut used = 0;
+        let mut entries = Vec::with_capacity(listing.entries.len());
+        let mut cut = false;
+        for e in listing.entries {
+            let e = FileEntryOut {
                 name: e.name,
                 path: e.path,
                 kind: e.kind.into(),
                 size: i64::try_from(e.size).unwrap_or(i64::MAX),
                 modified: render::rfc3339(e.modified),
-            })
-            .collect();
-        let mut text = String::new();
-        if entries.is_empty() {
-            let _ = writeln!(text, "{path} is empty.");
-        }
-        for e in &entries {
+            };
             let (tag, suffix) = match e.kind {
                 FileTypeOut::Directory => ("dir ", "/"),
                 FileTypeOut::Symlink => ("link", ""),
                 FileTypeOut::File => ("file", ""),
                 FileTypeOut::Other => ("othr", ""),
             };
+            let line = format!("{tag} {:>10}  {}  {}{suffix}\n", e.size, e.modified, e.path);
+            used += serde_json::to_string(&line).map_or(line.len(), |l| l.len())
+                + serde_json::to_string(&e).map_or(0, |j| j.len() + 1);
+            if used > room {
+                cut = true;
+                break;
+            }
+            text.push_str(&line);
+            entries.push(e);
+        }
+        if cut {
             let _ = writeln!(
                 text,
-                "{tag} {:>10}  {}  {}{suffix}",
-                e.size, e.modified, e.path
+                "[listing cut at {} entries to fit in one answer; list a subdirectory, or without \
+                 recursive, for the rest]",
+                entries.len()
             );
-        }
-        if listing.truncated {
+        } else if listing.truncated {
             let _ = writeln!(
                 text,
                 "[listing cut at {} entries; list a subdirectory for the rest]",
@@ -218,16 +244,17 @@ impl RunboxServer {
             &ListFilesOutput {
                 path: shown,
                 entries,
-                truncated: listing.truncated,
+                truncated: listing.truncated || cut,
             },
         )
     }
 
     #[tool(
         description = "Read a file of a sandbox. Text comes back as utf-8 and other files as base64 \
-                       (or ask with encoding); images also as image content. Read big files in \
-                       parts with offset and length: a call returns at most 4 MiB, and `more` \
-                       says whether bytes remain.",
+                       (or ask with encoding); a whole image comes as image content. Big files \
+                       come in parts, so that no answer is too big for a client: a call returns \
+                       at most 256 KiB (with the default message limit); `more` says whether \
+                       bytes remain, and the next call reads on with offset.",
         output_schema = schema_for_output::<ReadFileOutput>(),
         annotations(title = "Read a file", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -237,19 +264,22 @@ impl RunboxServer {
         Parameters(args): Parameters<ReadFileArgs>,
     ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
+        let most = self.read_budget();
         let (offset, length) = match (
             offset_arg(args.offset, "offset"),
             offset_arg(args.length, "length"),
         ) {
-            (Ok(o), Ok(l)) => (o.unwrap_or(0), Some(l.unwrap_or(MAX_READ).min(MAX_READ))),
+            (Ok(o), Ok(l)) => (o.unwrap_or(0), Some(l.unwrap_or(most).min(most))),
             (Err(e), _) | (_, Err(e)) => return render::error(&e),
         };
         match self
             .registry()
             .read_file(&caller.tenant, &id, &args.path, offset, length)
             .await
-            .and_then(|c| read_result(c, args.encoding))
-        {
+            .and_then(|c| {
+                let uri = sandbox_file_uri(&id, &c.path);
+                read_result(c, args.encoding, uri, most as usize)
+            }) {
             Ok(r) => r,
             Err(e) => render::error(&e),
         }
@@ -318,6 +348,9 @@ impl RunboxServer {
 mod tests {
     use super::*;
 
+    /// Room for text per copy in these tests.
+    const ROOM: usize = 1 << 20;
+
     fn content(path: &str, data: &[u8], offset: u64, size: u64) -> FileContent {
         FileContent {
             path: path.into(),
@@ -327,26 +360,43 @@ mod tests {
         }
     }
 
+    fn read(c: FileContent, asked: Option<Encoding>) -> Result<CallToolResult, Error> {
+        read_result(c, asked, "sandbox://sbx_1/files/x".into(), ROOM)
+    }
+
     fn structured(r: &CallToolResult) -> serde_json::Value {
         r.structured_content.clone().unwrap()
     }
 
+    fn all_text(r: &CallToolResult) -> String {
+        r.content
+            .iter()
+            .filter_map(|c| c.as_text())
+            .map(|t| t.text.clone())
+            .collect()
+    }
+
     #[test]
     fn text_comes_back_as_text() {
-        let r = read_result(content("/workspace/a.txt", b"hi\n", 0, 3), None).unwrap();
+        let r = read(content("/workspace/a.txt", b"hi\n", 0, 3), None).unwrap();
         assert_eq!(r.content.len(), 1);
         assert_eq!(r.content[0].as_text().unwrap().text, "hi\n");
         let s = structured(&r);
         assert_eq!(
-            (s["encoding"].as_str(), s["more"].as_bool()),
-            (Some("utf-8"), Some(false))
+            (
+                s["encoding"].as_str(),
+                s["more"].as_bool(),
+                s["content"].as_str()
+            ),
+            (Some("utf-8"), Some(false), Some("hi\n"))
         );
+        assert_eq!(s["uri"], "sandbox://sbx_1/files/x");
     }
 
     #[test]
     fn a_character_cut_by_a_part_is_left_for_the_next() {
         // "é" is two bytes; the part ends between them.
-        let r = read_result(content("/workspace/a.txt", b"ab\xc3", 0, 4), None).unwrap();
+        let r = read(content("/workspace/a.txt", b"ab\xc3", 0, 4), None).unwrap();
         let s = structured(&r);
         assert_eq!(s["content"], "ab");
         assert_eq!(s["length"], 2);
@@ -356,11 +406,16 @@ mod tests {
     }
 
     #[test]
-    fn binary_falls_back_to_base64_unless_utf8_was_asked_for() {
-        let r = read_result(content("/workspace/b.bin", &[0xff, 0, 1], 0, 3), None).unwrap();
+    fn binary_comes_once_as_base64_unless_utf8_was_asked_for() {
+        let r = read(content("/workspace/b.bin", &[0xff, 0, 1], 0, 3), None).unwrap();
         assert_eq!(structured(&r)["encoding"], "base64");
         assert_eq!(structured(&r)["content"], "/wAB");
-        let e = read_result(
+        assert!(
+            !all_text(&r).contains("/wAB"),
+            "the bytes travel once: {}",
+            all_text(&r)
+        );
+        let e = read(
             content("/workspace/b.bin", &[0xff, 0, 1], 0, 3),
             Some(Encoding::Utf8),
         )
@@ -369,15 +424,21 @@ mod tests {
     }
 
     #[test]
-    fn a_whole_image_is_also_an_image_block() {
+    fn a_whole_image_is_an_image_block_and_its_bytes_travel_once() {
         let png = b"\x89PNG\r\n\x1a\n";
-        let r = read_result(content("/workspace/p.png", png, 0, 8), None).unwrap();
+        let r = read(content("/workspace/p.png", png, 0, 8), None).unwrap();
         let image = r.content[1].as_image().expect("an image block");
         assert_eq!(image.mime_type, "image/png");
         assert_eq!(image.data, BASE64_OUT.encode(png));
-        // A part of one is not.
-        let r = read_result(content("/workspace/p.png", &png[..4], 0, 8), None).unwrap();
+        let s = structured(&r);
+        assert_eq!(
+            (s["content"].as_str(), s["length"].as_i64()),
+            (Some(""), Some(8))
+        );
+        // A part of one is not an image; its bytes come as base64.
+        let r = read(content("/workspace/p.png", &png[..4], 0, 8), None).unwrap();
         assert!(r.content.iter().all(|c| c.as_image().is_none()));
+        assert_eq!(structured(&r)["content"], BASE64_OUT.encode(&png[..4]));
     }
 
     #[test]
@@ -386,10 +447,10 @@ mod tests {
         assert_eq!(fit_json("a\"b", 3), "a\"");
         assert_eq!(fit_json("\u{1}\u{1}", 11), "\u{1}");
         assert_eq!(fit_json("éé", 3), "é");
-        let s = "\u{1}".repeat(2 << 20);
-        let r = read_result(content("/workspace/c.txt", s.as_bytes(), 0, 2 << 20), None).unwrap();
+        let s = "\u{1}".repeat(1 << 20);
+        let r = read(content("/workspace/c.txt", s.as_bytes(), 0, 1 << 20), None).unwrap();
         let length = structured(&r)["length"].as_u64().unwrap();
-        assert_eq!(length, (MAX_TEXT_JSON / 6) as u64);
+        assert_eq!(length, (ROOM / 6) as u64);
         assert_eq!(structured(&r)["more"], true);
     }
 

@@ -11,15 +11,18 @@
 
 mod audit;
 mod auth;
+mod budget;
 mod caller;
 mod completions;
 mod files;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod lenient;
 mod lifecycle;
 mod logging;
 mod metrics;
+mod outputs;
 mod packages;
 mod profiles;
 mod prompts;
@@ -33,6 +36,7 @@ pub mod types;
 
 pub use audit::AuditLog;
 pub use auth::{AuthFailure, Authenticator, HttpAuth};
+pub use budget::{DEFAULT_MESSAGE_LIMIT, MAX_MESSAGE_LIMIT, MIN_MESSAGE_LIMIT};
 pub use caller::Caller;
 pub use metrics::{Metrics, Rejection};
 pub use profiles::{Profile, UnknownProfile};

@@ -3,6 +3,8 @@
 
 use crate::caller::Caller;
 use rmcp::handler::server::tool::Extension;
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use rmcp::handler::server::common::schema_for_output;
@@ -21,6 +23,50 @@ use crate::types::{
 /// The longest `read_process_output` waits.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
+/// Output of background processes read but not yet sent: what did not fit in one answer
+/// (see `budget`), sent first by the next read.
+#[derive(Debug, Default)]
+pub(crate) struct Backlogs {
+    map: Mutex<HashMap<(String, SandboxId, ProcessId), Backlog>>,
+}
+
+#[derive(Debug, Default)]
+struct Backlog {
+    stdout: String,
+    stderr: String,
+}
+
+/// Most processes with a backlog kept at once (each at most the 1 MiB a process keeps
+/// unread); a backlog never read again goes first.
+const MAX_BACKLOGS: usize = 64;
+
+impl Backlogs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, SandboxId, ProcessId), Backlog>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn take(&self, key: &(String, SandboxId, ProcessId)) -> Option<Backlog> {
+        self.lock().remove(key)
+    }
+
+    fn keep(&self, key: (String, SandboxId, ProcessId), backlog: Backlog) {
+        let mut map = self.lock();
+        if map.len() >= MAX_BACKLOGS
+            && let Some(old) = map.keys().next().cloned()
+        {
+            map.remove(&old);
+        }
+        map.insert(key, backlog);
+    }
+}
+
+/// Splits `text` where its start takes `room` bytes as JSON; the start, and the rest.
+fn split_fitting(mut text: String, room: usize) -> (String, String) {
+    let cut = crate::files::fit_json(&text, room).len();
+    let rest = text.split_off(cut);
+    (text, rest)
+}
+
 fn lifecycle(view: &SandboxView) -> LifecycleOutput {
     LifecycleOutput {
         sandbox_id: view.id.to_string(),
@@ -35,7 +81,9 @@ impl RunboxServer {
     #[tool(
         description = "Read what a background process (run_command with background: true) wrote \
                        since the last read, and whether it has ended. wait_seconds (default 0, at \
-                       most 60) waits for new output or the end when there is none yet.",
+                       most 60) waits for new output or the end when there is none yet. A read \
+                       returns as much as fits in one answer; running stays true until all the \
+                       process wrote has been read.",
         output_schema = schema_for_output::<ProcessOutputOut>(),
         annotations(title = "Read a background process's output", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
@@ -60,18 +108,52 @@ impl RunboxServer {
         };
         let id = SandboxId::from(args.sandbox_id);
         let process = ProcessId::from(args.process_id);
+        let key = (caller.tenant.clone(), id.clone(), process.clone());
+        let backlog = self.backlogs().take(&key);
+        // Output left from the last read goes first, without waiting for more.
+        let wait = if backlog.is_some() {
+            Duration::ZERO
+        } else {
+            wait
+        };
         match self
             .registry()
             .read_process(&caller.tenant, &id, &process, wait)
             .await
         {
             Ok(o) => {
+                let Backlog {
+                    mut stdout,
+                    mut stderr,
+                } = backlog.unwrap_or_default();
+                stdout.push_str(&o.stdout);
+                stderr.push_str(&o.stderr);
+                // Each stream shows twice (text and structuredContent): as much of them as
+                // fits in one answer, stderr first given a share; the rest waits.
+                let room = self.read_budget() as usize;
+                let (stderr, stderr_rest) = split_fitting(stderr, room / 4);
+                let stdout_room = room - crate::files::fit_json(&stderr, usize::MAX).len();
+                let (stdout, stdout_rest) = split_fitting(stdout, stdout_room);
+                let more = !stdout_rest.is_empty() || !stderr_rest.is_empty();
+                if more {
+                    self.backlogs().keep(
+                        key,
+                        Backlog {
+                            stdout: stdout_rest,
+                            stderr: stderr_rest,
+                        },
+                    );
+                }
                 let out = ProcessOutputOut {
                     process_id: o.info.id.to_string(),
-                    stdout: o.stdout,
-                    stderr: o.stderr,
-                    running: o.info.running(),
-                    exit_code: o.info.exit_code.map(i64::from),
+                    stdout,
+                    stderr,
+                    running: o.info.running() || more,
+                    exit_code: if more {
+                        None
+                    } else {
+                        o.info.exit_code.map(i64::from)
+                    },
                     dropped_bytes: i64::try_from(o.dropped_bytes).unwrap_or(i64::MAX),
                 };
                 let mut text = String::new();
@@ -87,6 +169,10 @@ impl RunboxServer {
                     Some(c) => {
                         text.push_str(&format!("[process {} exited with {c}]\n", out.process_id))
                     }
+                    None if more => text.push_str(&format!(
+                        "[more output of process {} waits: read again for it]\n",
+                        out.process_id
+                    )),
                     None => text.push_str(&format!("[process {} is running]\n", out.process_id)),
                 }
                 render::ok(text, &out)

@@ -6,6 +6,10 @@
 //! slash, each segment percent-encoded: `/workspace/out/plot 1.png` in sandbox `sbx_x` is
 //! `sandbox://sbx_x/files/workspace/out/plot%201.png`. Slashes may also come encoded
 //! (`%2F`), as RFC 6570 expands `{path}`; both read the same file.
+//!
+//! Kept outputs (`output://{key}/{name}`, see `outputs`) are resources too. Any resource is
+//! read whole when it fits in one message, and in pieces otherwise: `?offset=N&length=M`
+//! after its URI reads M bytes from N, always as a base64 blob.
 
 use std::path::{Path, PathBuf};
 
@@ -19,8 +23,6 @@ pub const SANDBOX_FILE_TEMPLATE: &str = "sandbox://{sandbox_id}/files/{path}";
 const SANDBOX_SCHEME: &str = "sandbox://";
 const DATA_SCHEME: &str = "data://";
 
-/// Most bytes a resource read returns: larger files are read in parts with `read_file`.
-pub(crate) const MAX_RESOURCE: u64 = 8 << 20;
 /// Most data files listed.
 const MAX_DATA_FILES: usize = 1_000;
 /// Deepest folder of the data directory listed.
@@ -66,6 +68,44 @@ pub(crate) enum Target {
     SandboxFile(SandboxId, String),
     /// A data file, by name.
     Data(String),
+    /// A kept output, by key.
+    Output(String),
+}
+
+/// A piece of a resource: `length` bytes (as many as one message carries when `None`) from
+/// `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Piece {
+    pub offset: u64,
+    pub length: Option<u64>,
+}
+
+/// Parses a resource URI, and the piece its query asks for (`?offset=N&length=M`); the
+/// error says what a valid one looks like.
+pub(crate) fn parse_piece(uri: &str) -> Result<(Target, Option<Piece>), String> {
+    let Some((base, query)) = uri.split_once('?') else {
+        return Ok((parse(uri)?, None));
+    };
+    let mut piece = Piece {
+        offset: 0,
+        length: None,
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let bad = || {
+            format!(
+                "{uri}: a resource's query reads a piece of it, as ?offset=N&length=M (bytes); \
+                 {pair:?} is not one of those"
+            )
+        };
+        let (key, value) = pair.split_once('=').ok_or_else(bad)?;
+        let n: u64 = value.parse().map_err(|_| bad())?;
+        match key {
+            "offset" => piece.offset = n,
+            "length" => piece.length = Some(n),
+            _ => return Err(bad()),
+        }
+    }
+    Ok((parse(base)?, Some(piece)))
 }
 
 /// Parses a resource URI; the error says what a valid one looks like.
@@ -96,8 +136,17 @@ pub(crate) fn parse(uri: &str) -> Result<Target, String> {
     if let Some(name) = uri.strip_prefix(DATA_SCHEME) {
         return Ok(Target::Data(decode(name)?));
     }
+    if let Some(rest) = uri.strip_prefix(crate::outputs::SCHEME) {
+        return crate::outputs::key_of(rest)
+            .map(|k| Target::Output(k.to_owned()))
+            .ok_or_else(|| {
+                format!("{uri} is not an output URI: answers name them as output://KEY/NAME")
+            });
+    }
     Err(format!(
-        "{uri}: unknown resource; this server has sandbox files ({SANDBOX_FILE_TEMPLATE}) and data files (data://<name>, see resources/list)"
+        "{uri}: unknown resource; this server has sandbox files ({SANDBOX_FILE_TEMPLATE}), data \
+         files (data://<name>, see resources/list) and the outputs answers link to \
+         (output://KEY/NAME)"
     ))
 }
 
@@ -117,17 +166,18 @@ pub(crate) fn is_image(mime: &str) -> bool {
     )
 }
 
-/// Most bytes of JSON-escaped text in a resource read; text that would escape to more (it
-/// is full of control characters) goes as base64, which stays under 16 MiB (rmcp clients'
-/// message limit) for the largest resource.
-const MAX_TEXT_JSON: usize = 12 << 20;
-
-/// The contents of a resource read: text when the bytes are UTF-8 and not an image, a
-/// base64 blob otherwise.
-pub(crate) fn contents(uri: &str, mime: String, data: Vec<u8>) -> ResourceContents {
+/// The contents of a resource read: text when the bytes are UTF-8, not an image, and take
+/// at most `text_room` bytes as JSON (text full of control characters escapes to six times
+/// its size), a base64 blob otherwise.
+pub(crate) fn contents(
+    uri: &str,
+    mime: String,
+    data: Vec<u8>,
+    text_room: usize,
+) -> ResourceContents {
     if !is_image(&mime)
         && let Ok(text) = std::str::from_utf8(&data)
-        && crate::files::fit_json(text, MAX_TEXT_JSON).len() == text.len()
+        && crate::files::fit_json(text, text_room).len() == text.len()
     {
         return ResourceContents::TextResourceContents {
             uri: uri.to_owned(),
@@ -136,6 +186,16 @@ pub(crate) fn contents(uri: &str, mime: String, data: Vec<u8>) -> ResourceConten
             meta: None,
         };
     }
+    ResourceContents::BlobResourceContents {
+        uri: uri.to_owned(),
+        mime_type: Some(mime),
+        blob: base64::engine::general_purpose::STANDARD.encode(data),
+        meta: None,
+    }
+}
+
+/// A piece of a resource: its bytes as they are, base64.
+pub(crate) fn blob(uri: &str, mime: String, data: &[u8]) -> ResourceContents {
     ResourceContents::BlobResourceContents {
         uri: uri.to_owned(),
         mime_type: Some(mime),
@@ -216,21 +276,23 @@ impl DataCatalog {
         out
     }
 
-    /// A data file's bytes, by resource name.
-    pub(crate) fn read(&self, name: &str) -> Result<Option<(DataFile, Vec<u8>)>, Error> {
+    /// At most `length` bytes of a data file from `offset`, by resource name.
+    pub(crate) fn read(
+        &self,
+        name: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<Option<(DataFile, Vec<u8>)>, Error> {
+        use std::io::{Read as _, Seek as _};
         let Some(file) = self.files().into_iter().find(|f| f.name == name) else {
             return Ok(None);
         };
-        if file.size > MAX_RESOURCE {
-            return Err(Error::LimitReached(format!(
-                "data file {} is {} bytes, over the {MAX_RESOURCE}-byte maximum of a resource read; \
-                 code in a sandbox can read it at /data/{}",
-                file.relative, file.size, file.relative
-            )));
-        }
-        let data = std::fs::read(self.dir.join(&file.relative)).map_err(|e| {
-            Error::sandbox_caused_by(format!("cannot read data file {}", file.relative), e)
-        })?;
+        let failed =
+            |e| Error::sandbox_caused_by(format!("cannot read data file {}", file.relative), e);
+        let mut f = std::fs::File::open(self.dir.join(&file.relative)).map_err(failed)?;
+        f.seek(std::io::SeekFrom::Start(offset)).map_err(failed)?;
+        let mut data = Vec::new();
+        f.take(length).read_to_end(&mut data).map_err(failed)?;
         Ok(Some((file, data)))
     }
 }
@@ -313,16 +375,55 @@ mod tests {
 
     #[test]
     fn text_is_text_and_the_rest_is_base64() {
-        let t = contents("u", "text/csv".into(), b"a,b\n".to_vec());
+        let t = contents("u", "text/csv".into(), b"a,b\n".to_vec(), 100);
         assert!(
             matches!(t, ResourceContents::TextResourceContents { ref text, .. } if text == "a,b\n")
         );
-        let b = contents("u", "application/octet-stream".into(), vec![0xff, 0]);
+        let b = contents("u", "application/octet-stream".into(), vec![0xff, 0], 100);
         assert!(
             matches!(b, ResourceContents::BlobResourceContents { ref blob, .. } if blob == "/wA=")
         );
-        let png = contents("u", "image/png".into(), b"abc".to_vec());
+        let png = contents("u", "image/png".into(), b"abc".to_vec(), 100);
         assert!(matches!(png, ResourceContents::BlobResourceContents { .. }));
+        // Text that would escape past the room goes as base64.
+        let c = contents("u", "text/plain".into(), vec![1; 20], 100);
+        assert!(matches!(c, ResourceContents::BlobResourceContents { .. }));
+    }
+
+    #[test]
+    fn a_query_asks_for_a_piece() {
+        assert_eq!(
+            parse_piece("output://1f/result-1.png?offset=10&length=20"),
+            Ok((
+                Target::Output("1f".into()),
+                Some(Piece {
+                    offset: 10,
+                    length: Some(20)
+                })
+            ))
+        );
+        assert_eq!(
+            parse_piece("sandbox://sbx_1/files/workspace/a.bin?offset=5"),
+            Ok((
+                Target::SandboxFile(SandboxId::from("sbx_1"), "/workspace/a.bin".into()),
+                Some(Piece {
+                    offset: 5,
+                    length: None
+                })
+            ))
+        );
+        assert_eq!(
+            parse_piece("data://sales"),
+            Ok((Target::Data("sales".into()), None))
+        );
+        for bad in [
+            "data://a?offset=x",
+            "data://a?from=1",
+            "output://zz/a",
+            "output://1",
+        ] {
+            assert!(parse_piece(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -338,13 +439,15 @@ mod tests {
         let catalog = DataCatalog::new(dir.clone());
         let names: Vec<String> = catalog.files().into_iter().map(|f| f.name).collect();
         assert_eq!(names, ["notes", "reports/q1", "sales.csv", "sales.json"]);
-        let (file, data) = catalog.read("reports/q1").unwrap().unwrap();
+        let (file, data) = catalog.read("reports/q1", 0, 10).unwrap().unwrap();
         assert_eq!(
             (file.relative.as_str(), data.as_slice()),
             ("reports/q1.csv", &b"x"[..])
         );
         assert_eq!(file.uri(), "data://reports/q1");
-        assert!(catalog.read("missing").unwrap().is_none());
+        let (_, piece) = catalog.read("sales.csv", 1, 2).unwrap().unwrap();
+        assert_eq!(piece, b",b");
+        assert!(catalog.read("missing", 0, 1).unwrap().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -31,6 +31,7 @@ use crate::caller::{Caller, caller_of};
 use crate::completions;
 use crate::logging::{self, Logs};
 use crate::metrics::{Metrics, RunOutcome};
+use crate::outputs::OutputStore;
 use crate::profiles::{Profile, Sessions};
 use crate::render;
 use crate::resources::{self, DataCatalog, SANDBOX_FILE_TEMPLATE, Target};
@@ -68,6 +69,8 @@ pub struct ServerSettings {
     pub metrics: Arc<Metrics>,
     /// Limits on task-augmented calls (the tasks extension).
     pub tasks: TaskSettings,
+    /// The most bytes one answer may take (see `budget`).
+    pub message_limit: usize,
 }
 
 impl Default for ServerSettings {
@@ -82,6 +85,7 @@ impl Default for ServerSettings {
             audit: None,
             metrics: Arc::new(Metrics::new()),
             tasks: TaskSettings::default(),
+            message_limit: crate::budget::DEFAULT_MESSAGE_LIMIT,
         }
     }
 }
@@ -112,6 +116,10 @@ struct State {
     tasks: Arc<Tasks>,
     /// The next MCP session's key.
     next_session: std::sync::atomic::AtomicU64,
+    /// Outputs too big to send inline, or referred to by URI.
+    outputs: OutputStore,
+    /// Background processes' output read but not yet sent.
+    backlogs: crate::lifecycle::Backlogs,
 }
 
 /// runbox's MCP server. Cheap to clone: every session shares one registry.
@@ -226,6 +234,13 @@ impl Progress {
     }
 }
 
+/// Where a run happens: in a sandbox (or, without an id, a fresh one from the pool), or in
+/// a fresh sandbox made for it as a request asks.
+enum RunIn {
+    Sandbox(Option<SandboxId>),
+    Fresh(CreateRequest),
+}
+
 /// How a run ended, for the metrics.
 fn run_outcome(r: &Result<Ran, Error>) -> RunOutcome {
     match r {
@@ -273,6 +288,8 @@ impl RunboxServer {
                 subscriptions: Arc::default(),
                 tasks,
                 next_session: std::sync::atomic::AtomicU64::new(1),
+                outputs: OutputStore::default(),
+                backlogs: Default::default(),
             }),
             session: 0,
             tool_router: match profile {
@@ -314,6 +331,14 @@ impl RunboxServer {
         &self.state.sessions
     }
 
+    pub(crate) fn outputs(&self) -> &OutputStore {
+        &self.state.outputs
+    }
+
+    pub(crate) fn backlogs(&self) -> &crate::lifecycle::Backlogs {
+        &self.state.backlogs
+    }
+
     /// The tenant of requests that carry no [`Caller`].
     pub fn default_tenant(&self) -> &str {
         &self.state.settings.tenant
@@ -337,6 +362,29 @@ impl RunboxServer {
         work: Work,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Ran, Error> {
+        let id = sandbox_id.map(SandboxId::from);
+        self.run_where(caller, RunIn::Sandbox(id), work, ctx).await
+    }
+
+    /// Runs `work` once in a fresh sandbox made as `req` asks, closed after; otherwise as
+    /// [`RunboxServer::run`] without a sandbox id.
+    pub(crate) async fn run_fresh(
+        &self,
+        caller: &Caller,
+        req: CreateRequest,
+        work: Work,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Ran, Error> {
+        self.run_where(caller, RunIn::Fresh(req), work, ctx).await
+    }
+
+    async fn run_where(
+        &self,
+        caller: &Caller,
+        place: RunIn,
+        work: Work,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Ran, Error> {
         let tenant = caller.tenant.as_str();
         let progress = Progress::new(ctx);
         let exec_ctx = ExecContext {
@@ -344,17 +392,16 @@ impl RunboxServer {
             cancel: ctx.ct.clone(),
             credential: caller.credential.clone(),
         };
-        let id = sandbox_id.map(SandboxId::from);
         let language = match &work {
             Work::Code(req) => req.language.as_str(),
             Work::Command(_) => "command",
         };
         let started = Instant::now();
-        let r = self
-            .state
-            .registry
-            .run(tenant, id.as_ref(), work, exec_ctx)
-            .await;
+        let registry = &self.state.registry;
+        let r = match place {
+            RunIn::Sandbox(id) => registry.run(tenant, id.as_ref(), work, exec_ctx).await,
+            RunIn::Fresh(req) => registry.run_once(tenant, req, work, exec_ctx).await,
+        };
         self.metrics()
             .run(language, run_outcome(&r), started.elapsed());
         progress.finish().await;
@@ -394,20 +441,27 @@ impl RunboxServer {
         };
         let started = std::time::Instant::now();
         match self.state.registry.start_process(tenant, &id, req).await {
-            Ok(info) => render::run_command(&RunCommandOutput {
-                sandbox_id: id.to_string(),
-                ephemeral: false,
-                stdout: String::new(),
-                stderr: String::new(),
-                exit_code: None,
-                process_id: Some(info.id.to_string()),
-                duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
-                truncated: false,
-                timed_out: false,
-                cancelled: false,
-                files: Vec::new(),
-                notes: Vec::new(),
-            }),
+            Ok(info) => render::run_command(
+                &RunCommandOutput {
+                    sandbox_id: id.to_string(),
+                    ephemeral: false,
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    exit_code: None,
+                    process_id: Some(info.id.to_string()),
+                    duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+                    truncated: false,
+                    timed_out: false,
+                    cancelled: false,
+                    files: Vec::new(),
+                    notes: Vec::new(),
+                },
+                &crate::budget::Stash {
+                    store: self.outputs(),
+                    tenant,
+                    limit: self.message_limit(),
+                },
+            ),
             Err(e) => render::error(&e),
         }
     }
@@ -455,7 +509,7 @@ impl RunboxServer {
             .run(&caller, args.sandbox_id, Work::Code(req), &ctx)
             .await
         {
-            Ok(ran) => render::run_code(&run_code_output(ran)),
+            Ok(ran) => render::run_code(run_code_output(ran), &self.stash(&caller)),
             Err(e) => render::error(&e),
         }
     }
@@ -489,7 +543,7 @@ impl RunboxServer {
             .run(&caller, args.sandbox_id, Work::Command(req), &ctx)
             .await
         {
-            Ok(ran) => render::run_command(&run_command_output(ran)),
+            Ok(ran) => render::run_command(&run_command_output(ran), &self.stash(&caller)),
             Err(e) => render::error(&e),
         }
     }
@@ -719,18 +773,31 @@ fn no_caching(ctx: &RequestContext<RoleServer>) -> Option<(u64, CacheScope)> {
 }
 
 impl RunboxServer {
-    /// Reads a resource: a file of one of the caller's sandboxes, or a data file.
-    async fn read(&self, tenant: &str, uri: &str) -> Result<ReadResourceResult, ErrorData> {
+    /// Reads a resource: a file of one of the caller's sandboxes, a data file, or one of the
+    /// profile's own.
+    async fn read(&self, caller: &Caller, uri: &str) -> Result<ReadResourceResult, ErrorData> {
+        if let Some(r) = self.read_profile_resource(caller, uri).await {
+            return Ok(r);
+        }
+        let tenant = caller.tenant.as_str();
         let not_found = |message: String| {
             ErrorData::resource_not_found(message, Some(serde_json::json!({ "uri": uri })))
         };
         let invalid = |message: String| ErrorData::invalid_params(message, None);
         // A URI of no scheme or shape this server serves names no resource (SEP-2164).
-        match resources::parse(uri).map_err(not_found)? {
+        let (target, piece) = resources::parse_piece(uri).map_err(not_found)?;
+        // A piece: as asked, at most what one message carries. Whole: a byte more than
+        // that, to tell whether it fits.
+        let most = self.piece_budget();
+        let (offset, length) = match piece {
+            Some(p) => (p.offset, p.length.unwrap_or(most).min(most)),
+            None => (0, most + 1),
+        };
+        let (mime, data, size) = match target {
             Target::SandboxFile(id, path) => {
                 let content = self
                     .registry()
-                    .read_file(tenant, &id, &path, 0, Some(resources::MAX_RESOURCE))
+                    .read_file(tenant, &id, &path, offset, Some(length))
                     .await
                     .map_err(|e| match e {
                         Error::SandboxNotFound { .. } | Error::FileNotFound { .. } => {
@@ -738,20 +805,11 @@ impl RunboxServer {
                         }
                         e => invalid(runbox_core::chain(&e)),
                     })?;
-                if content.more() {
-                    return Err(invalid(format!(
-                        "{path} is {} bytes, over the {}-byte maximum of a resource read; read it \
-                         in parts with the read_file tool (offset and length)",
-                        content.size,
-                        resources::MAX_RESOURCE
-                    )));
-                }
-                let mime = resources::mime_type(&content.path);
-                Ok(ReadResourceResult::new(vec![resources::contents(
-                    uri,
-                    mime,
+                (
+                    resources::mime_type(&content.path),
                     content.data,
-                )]))
+                    content.size,
+                )
             }
             Target::Data(name) => {
                 let Some(catalog) = self.data_catalog() else {
@@ -759,21 +817,49 @@ impl RunboxServer {
                         "{uri}: this server has no data directory"
                     )));
                 };
-                match catalog.read(&name) {
+                match catalog.read(&name, offset, length) {
                     Ok(Some((file, data))) => {
-                        Ok(ReadResourceResult::new(vec![resources::contents(
-                            uri,
-                            resources::mime_type(&file.relative),
-                            data,
-                        )]))
+                        (resources::mime_type(&file.relative), data, file.size)
                     }
-                    Ok(None) => Err(not_found(format!(
-                        "{uri}: no such data file (resources/list shows them)"
-                    ))),
-                    Err(e) => Err(invalid(runbox_core::chain(&e))),
+                    Ok(None) => {
+                        return Err(not_found(format!(
+                            "{uri}: no such data file (resources/list shows them)"
+                        )));
+                    }
+                    Err(e) => return Err(invalid(runbox_core::chain(&e))),
                 }
             }
-        }
+            Target::Output(key) => {
+                let Some(output) = self.outputs().get(tenant, &key) else {
+                    return Err(not_found(format!(
+                        "{uri}: no such output; outputs are kept for a while, the oldest dropped \
+                         first to make room, so run the code again to make it anew"
+                    )));
+                };
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(output.data.len());
+                let end = start
+                    .saturating_add(usize::try_from(length).unwrap_or(usize::MAX))
+                    .min(output.data.len());
+                (
+                    output.mime,
+                    output.data[start..end].to_vec(),
+                    output.data.len() as u64,
+                )
+            }
+        };
+        let contents = match piece {
+            Some(_) => resources::blob(uri, mime, &data),
+            None if data.len() as u64 > most => {
+                return Err(invalid(format!(
+                    "{uri} is {size} bytes, more than one message carries ({most} bytes). Read \
+                     it in pieces: {uri}?offset=0&length={most}, then on from offset {most}."
+                )));
+            }
+            None => resources::contents(uri, mime, data, self.read_budget() as usize * 2),
+        };
+        Ok(ReadResourceResult::new(vec![contents]))
     }
 }
 
@@ -873,6 +959,7 @@ impl RunboxServer {
                 async move {
                     let tcc = ToolCallContext::new(&server, request, detached);
                     let result = server.tool_router.call(tcc).await;
+                    let result = server.fit_answer(&owner, &tool, result);
                     server.record_call(&owner, &tool, audited, &result, started.elapsed());
                     result
                 }
@@ -925,6 +1012,24 @@ impl RunboxServer {
                 .subscriptions
                 .changed(tenant, &id, Some(std::slice::from_ref(&path)));
         }
+    }
+
+    /// The error for a call of a tool this server does not have: it names the tool and
+    /// lists those there are (the protocol's invalid-params error, as for any unknown tool).
+    fn unknown_tool(&self, name: &str) -> ErrorData {
+        let tools: Vec<String> = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.into_owned())
+            .collect();
+        ErrorData::invalid_params(
+            format!(
+                "Unknown tool {name:?}. This server's tools are {}.",
+                tools.join(", ")
+            ),
+            Some(serde_json::json!({ "tool": name, "tools": tools })),
+        )
     }
 
     /// Records a finished tool call in the metrics and, when there is one, the audit log.
@@ -1015,12 +1120,17 @@ impl ServerHandler for RunboxServer {
             .logs
             .follow(&self.state.registry, &context, &caller.tenant, named)
             .await;
-        let result = if self.wants_task(&request, &context) {
+        let result = if self.tool_router.get(&name).is_none() {
+            let unknown = Err(self.unknown_tool(&name));
+            self.record_call(&caller, &name, audited, &unknown, started.elapsed());
+            unknown
+        } else if self.wants_task(&request, &context) {
             self.call_as_task(request, context, &caller, audited, started)
                 .await
         } else {
             let tcc = ToolCallContext::new(self, request, context);
             let result = self.tool_router.call(tcc).await;
+            let result = self.fit_answer(&caller, &name, result);
             self.record_call(&caller, &name, audited, &result, started.elapsed());
             result
         };
@@ -1204,6 +1314,7 @@ impl ServerHandler for RunboxServer {
                     .collect()
             })
             .unwrap_or_default();
+        let files = [self.profile_resources(), files].concat();
         let mut result = ListResourcesResult::with_all_items(files);
         if let Some((ttl, scope)) = no_caching(&ctx) {
             result = result.with_ttl_ms(ttl).with_cache_scope(scope);
@@ -1237,7 +1348,7 @@ impl ServerHandler for RunboxServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let mut result = self
-            .read(&caller_of(&ctx, self.default_tenant()).tenant, &request.uri)
+            .read(&caller_of(&ctx, self.default_tenant()), &request.uri)
             .await?;
         if let Some((ttl, scope)) = no_caching(&ctx) {
             result = result.with_ttl_ms(ttl).with_cache_scope(scope);

@@ -46,7 +46,7 @@ impl Watched {
                 path,
                 uri: uri.to_owned(),
             }),
-            Target::Data(_) => None,
+            Target::Data(_) | Target::Output(_) => None,
         }
     }
 

@@ -6,26 +6,45 @@
 
 use std::collections::BTreeMap;
 
+use std::str::FromStr;
+
 use runbox_core::{FileKind, Language, Ran};
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::lenient;
 
 /// A language code can run in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
+// Arguments name it in any case and by the usual aliases (`Python`, `py`, `js`, `node`,
+// `ts`, `sh`); the schema lists only the canonical names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LanguageArg {
     /// Python 3, in a persistent kernel with notebook semantics.
     #[default]
     Python,
     /// JavaScript (Node.js), in a persistent context with top-level await.
-    #[serde(alias = "js", alias = "node")]
     Javascript,
     /// TypeScript, run in the JavaScript context.
-    #[serde(alias = "ts")]
     Typescript,
     /// bash; exported variables and the working directory persist between calls.
-    #[serde(alias = "sh", alias = "shell")]
     Bash,
+}
+
+impl FromStr for LanguageArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse::<Language>()
+            .map(language_arg)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for LanguageArg {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        lenient::from_name(d)
+    }
 }
 
 impl From<LanguageArg> for Language {
@@ -54,10 +73,10 @@ pub struct RunCodeArgs {
     #[serde(default)]
     pub sandbox_id: Option<String>,
     /// Seconds before the run is interrupted (default 60; at most the server's maximum).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_f64")]
     pub timeout_seconds: Option<f64>,
     /// Extra environment variables for this run only.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::string_map")]
     pub env: BTreeMap<String, String>,
 }
 
@@ -74,15 +93,15 @@ pub struct RunCommandArgs {
     #[serde(default)]
     pub cwd: Option<String>,
     /// Extra environment variables for this command.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::string_map")]
     pub env: BTreeMap<String, String>,
     /// Seconds before the command is stopped (default 60; at most the server's maximum).
     /// Not for background commands, which run until they end or are killed.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_f64")]
     pub timeout_seconds: Option<f64>,
     /// Start it in the background and answer at once with its process_id (needs
     /// sandbox_id); read its output with read_process_output, stop it with kill_process.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::bool")]
     pub background: bool,
 }
 
@@ -91,13 +110,13 @@ pub struct RunCommandArgs {
 #[serde(deny_unknown_fields)]
 pub struct CreateSandboxArgs {
     /// Seconds the sandbox may stay idle before it is closed automatically (default 900).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_f64")]
     pub timeout_seconds: Option<f64>,
     /// Environment variables every process in the sandbox starts with.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::string_map")]
     pub env: BTreeMap<String, String>,
     /// Free-form labels, returned by list_sandboxes.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::string_map")]
     pub metadata: BTreeMap<String, String>,
     /// none (default): no network at all. allowlist: HTTP and HTTPS through the server's
     /// egress proxy, to the hosts the server allows (package indexes by default), so
@@ -105,12 +124,12 @@ pub struct CreateSandboxArgs {
     #[serde(default)]
     pub network: NetworkArg,
     /// With network allowlist: only these of the server's hosts (default: all of them).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::string_list")]
     pub allow_hosts: Vec<String>,
 }
 
 /// Network access of a new sandbox.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NetworkArg {
     /// No network.
@@ -118,6 +137,24 @@ pub enum NetworkArg {
     None,
     /// Allowlisted hosts through the egress proxy.
     Allowlist,
+}
+
+impl FromStr for NetworkArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "" => Ok(Self::None),
+            "allowlist" => Ok(Self::Allowlist),
+            _ => Err(format!("unknown network {s:?}: use none or allowlist")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NetworkArg {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        lenient::from_name(d)
+    }
 }
 
 /// Arguments naming one sandbox.
@@ -385,7 +422,7 @@ pub struct ReadProcessArgs {
     pub process_id: String,
     /// Seconds to wait for new output or for the end when there is none yet (default 0,
     /// at most 60).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_f64")]
     pub wait_seconds: Option<f64>,
 }
 
@@ -398,9 +435,10 @@ pub struct ProcessOutputOut {
     pub stdout: String,
     /// Standard error written since the last read.
     pub stderr: String,
-    /// Whether it still runs.
+    /// Whether it still runs, or output of it waits to be read (a read returns as much as
+    /// fits in one answer).
     pub running: bool,
-    /// Its exit code once ended.
+    /// Its exit code once ended and all its output read.
     pub exit_code: Option<i64>,
     /// Unread bytes dropped since the last read (the oldest go once 1 MiB is waiting).
     pub dropped_bytes: i64,
@@ -422,6 +460,7 @@ pub struct SetTimeoutArgs {
     /// The sandbox.
     pub sandbox_id: String,
     /// Seconds it may now stay idle, counted from now (at most the server's maximum).
+    #[serde(deserialize_with = "lenient::f64")]
     pub timeout_seconds: f64,
 }
 
@@ -458,7 +497,7 @@ pub struct ListFilesArgs {
     #[serde(default)]
     pub path: Option<String>,
     /// List everything below the directory too (default false).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::bool")]
     pub recursive: bool,
 }
 
@@ -510,19 +549,37 @@ pub struct ListFilesOutput {
     pub path: String,
     /// The entries, each directory before its contents, names in order.
     pub entries: Vec<FileEntryOut>,
-    /// Whether entries were left out (more than 10000).
+    /// Whether entries were left out (more than 10000, or more than fit in one answer).
     pub truncated: bool,
 }
 
 /// How file content is carried in JSON.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 pub enum Encoding {
     /// Text, UTF-8.
-    #[serde(rename = "utf-8", alias = "utf8", alias = "text")]
+    #[serde(rename = "utf-8")]
     Utf8,
     /// Any bytes, as standard base64.
     #[serde(rename = "base64")]
     Base64,
+}
+
+impl FromStr for Encoding {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "utf-8" | "utf8" | "text" => Ok(Self::Utf8),
+            "base64" | "b64" => Ok(Self::Base64),
+            _ => Err(format!("unknown encoding {s:?}: use utf-8 or base64")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Encoding {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        lenient::from_name(d)
+    }
 }
 
 /// Arguments of `read_file`.
@@ -537,10 +594,11 @@ pub struct ReadFileArgs {
     #[serde(default)]
     pub encoding: Option<Encoding>,
     /// Byte offset to start at (default 0).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_i64")]
     pub offset: Option<i64>,
-    /// Most bytes to read (default and maximum 4 MiB).
-    #[serde(default)]
+    /// Most bytes to read (default and maximum: what fits in one answer, 256 KiB with the
+    /// default message limit).
+    #[serde(default, deserialize_with = "lenient::opt_i64")]
     pub length: Option<i64>,
 }
 
@@ -549,7 +607,8 @@ pub struct ReadFileArgs {
 pub struct ReadFileOutput {
     /// The file's absolute path in the sandbox.
     pub path: String,
-    /// The bytes read, in `encoding`.
+    /// The bytes read, in `encoding`; empty for a whole image, whose bytes come once, as
+    /// image content.
     pub content: String,
     /// utf-8 or base64.
     pub encoding: Encoding,
@@ -563,6 +622,8 @@ pub struct ReadFileOutput {
     pub more: bool,
     /// Its MIME type, guessed from the name.
     pub mime_type: String,
+    /// The resource that reads the file (sandbox://{sandbox_id}/files/{path}).
+    pub uri: String,
 }
 
 /// Arguments of `write_file`.
@@ -580,7 +641,7 @@ pub struct WriteFileArgs {
     #[serde(default)]
     pub encoding: Option<Encoding>,
     /// Add to the end of the file instead of replacing it (default false).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::bool")]
     pub append: bool,
 }
 
@@ -693,18 +754,19 @@ pub struct InstallPackagesArgs {
     pub sandbox_id: String,
     /// Package names, optionally with versions or extras (numpy, requests==2.32,
     /// lodash@4); each is one argument of the package manager.
+    #[serde(deserialize_with = "lenient::string_list")]
     pub packages: Vec<String>,
     /// pip (default; Python packages for run_code and python3) or npm (Node packages,
     /// installed in /workspace/node_modules).
     #[serde(default)]
     pub manager: ManagerArg,
     /// Seconds the install may take (default 300, at most the server's run maximum).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_f64")]
     pub timeout_seconds: Option<f64>,
 }
 
 /// A package manager.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ManagerArg {
     /// Python packages.
@@ -712,6 +774,24 @@ pub enum ManagerArg {
     Pip,
     /// Node packages.
     Npm,
+}
+
+impl FromStr for ManagerArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "pip" | "pip3" | "python" => Ok(Self::Pip),
+            "npm" | "node" | "javascript" => Ok(Self::Npm),
+            _ => Err(format!("unknown manager {s:?}: use pip or npm")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ManagerArg {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        lenient::from_name(d)
+    }
 }
 
 /// Result of `install_packages`.

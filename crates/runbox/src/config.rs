@@ -175,6 +175,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RUNBOX_OUTPUT_LIMIT")]
     pub(crate) output_limit: Option<usize>,
 
+    /// The most bytes one answer may take [default: 524288, 512 KiB]. Clients drop bigger
+    /// messages (the Python SDK 2.x its whole session past 1 MiB), so big reads come in
+    /// parts and big images and answers as links to read in pieces.
+    #[arg(long, env = "RUNBOX_MESSAGE_LIMIT", value_name = "BYTES")]
+    pub(crate) message_limit: Option<usize>,
+
     /// A directory of data files for every sandbox: mounted read-only at /data, and each
     /// file listed as an MCP resource data://<name without extension>.
     #[arg(long, env = "RUNBOX_DATA_DIR", value_name = "DIR")]
@@ -258,6 +264,7 @@ struct FileConfig {
     run_timeout: Option<f64>,
     max_run_timeout: Option<f64>,
     limits: Option<Limits>,
+    message_limit: Option<usize>,
     data_dir: Option<PathBuf>,
     allow_hosts: Option<Vec<String>>,
     allow_addresses: Option<Vec<String>>,
@@ -488,6 +495,8 @@ pub(crate) struct ServeConfig {
     pub(crate) run_timeout: Duration,
     pub(crate) max_run_timeout: Duration,
     pub(crate) limits: Limits,
+    /// The most bytes one answer may take.
+    pub(crate) message_limit: usize,
     /// The operator's data directory, absolute.
     pub(crate) data_dir: Option<PathBuf>,
     /// Hosts the egress proxy lets through; `None`: those of the host's pip and npm.
@@ -670,6 +679,18 @@ impl ServeConfig {
             limits.output_bytes = v;
         }
         limits.validate()?;
+        let message_limit = args
+            .message_limit
+            .or(file.message_limit)
+            .unwrap_or(runbox_mcp::DEFAULT_MESSAGE_LIMIT);
+        let message_range = runbox_mcp::MIN_MESSAGE_LIMIT..=runbox_mcp::MAX_MESSAGE_LIMIT;
+        if !message_range.contains(&message_limit) {
+            bail!(
+                "message_limit {message_limit} is out of range: give {} to {} bytes",
+                message_range.start(),
+                message_range.end()
+            );
+        }
 
         let pick =
             |flag: Option<f64>, file: Option<f64>, default: f64| flag.or(file).unwrap_or(default);
@@ -873,6 +894,7 @@ impl ServeConfig {
             run_timeout,
             max_run_timeout,
             limits,
+            message_limit,
             data_dir,
             egress_hosts,
             egress_addresses,
@@ -1073,6 +1095,26 @@ mod tests {
         std::fs::write(&path, "memroy_mb = 5\n").unwrap();
         let e = format!("{:#}", resolve(&["--config", p, "--stdio"]).unwrap_err());
         assert!(e.contains("memroy_mb"), "{e}");
+    }
+
+    #[test]
+    fn the_message_limit_defaults_to_half_a_mebibyte_and_is_bounded() {
+        let c = resolve(&["--stdio"]).unwrap();
+        assert_eq!(c.message_limit, 512 << 10);
+        let c = resolve(&["--stdio", "--message-limit", "2097152"]).unwrap();
+        assert_eq!(c.message_limit, 2 << 20);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(&path, "message_limit = 131072\n").unwrap();
+        let c = resolve(&["--config", path.to_str().unwrap(), "--stdio"]).unwrap();
+        assert_eq!(c.message_limit, 128 << 10);
+        for bad in ["1000", "999999999"] {
+            let e = format!(
+                "{:#}",
+                resolve(&["--stdio", "--message-limit", bad]).unwrap_err()
+            );
+            assert!(e.contains("message_limit"), "{e}");
+        }
     }
 
     #[test]

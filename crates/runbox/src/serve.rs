@@ -247,6 +247,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             audit,
             metrics: Arc::clone(&metrics),
             tasks: config.tasks.clone(),
+            message_limit: config.message_limit,
             ..Default::default()
         },
     );

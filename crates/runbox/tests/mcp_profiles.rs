@@ -1,7 +1,9 @@
 //! Compatibility profiles through a real MCP client (`runbox serve --profile NAME`): each
 //! profile's exact tool list, arguments and answer shapes, a full flow where the profile
-//! keeps state, errors in the seed server's shapes, the data resources and the prompt of
-//! `novita-tutorial`, and `--pass-through-env` (the one way host variables enter a sandbox).
+//! keeps state, failures in the seed server's shapes and, as there, in ordinary content
+//! (never `isError`), the data resources and the prompt of `novita-tutorial`, the
+//! `sandbox://environments` resource of `code-sandbox-mcp`, and `--pass-through-env` (the
+//! one way host variables enter a sandbox).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod util;
@@ -149,11 +151,22 @@ async fn novita_flow(client: &Client, revision: Revision) {
         );
     }
 
-    // Create: text only, with the id.
+    // Create: text with the id, and FastMCP's {"result": text} for a tool returning str.
+    let tools = client.list_all_tools().await.unwrap();
+    for name in ["create_sandbox_session", "stop_sandbox_session"] {
+        let tool = tools.iter().find(|t| t.name == name).unwrap();
+        let schema = Value::Object((**tool.output_schema.as_ref().unwrap()).clone());
+        assert_eq!(schema["properties"]["result"]["type"], "string", "{schema}");
+        assert_eq!(schema["required"], json!(["result"]));
+    }
+    for name in ["run_python_code", "run_on_command_line"] {
+        let tool = tools.iter().find(|t| t.name == name).unwrap();
+        assert!(tool.output_schema.is_none(), "a dict answer has no schema");
+    }
     let r = call(client, "create_sandbox_session", json!({})).await;
     assert!(!is_error(&r), "{}", text(&r));
-    assert!(r.structured_content.is_none());
     let t = text(&r);
+    assert_eq!(r.structured_content, Some(json!({ "result": t })));
     let id = t
         .strip_prefix("Successfully created sandbox. Sandbox ID: ")
         .unwrap_or_else(|| panic!("{t}"))
@@ -176,7 +189,7 @@ async fn novita_flow(client: &Client, revision: Revision) {
             "error": null,
         })
     );
-    assert!(r.structured_content.is_some());
+    assert!(r.structured_content.is_none(), "as FastMCP answers a dict");
     let t = text(&r);
     assert!(
         t.find("\"outputs\"").unwrap() < t.find("\"logs\"").unwrap()
@@ -214,14 +227,14 @@ async fn novita_flow(client: &Client, revision: Revision) {
     );
     assert!(outputs[0]["text"].as_str().unwrap().contains('a'), "{v}");
     assert!(r.content.iter().all(|c| c.as_image().is_none()));
-    // An exception: the error object, and isError.
+    // An exception: the error object, in ordinary content as the tutorial answered it.
     let r = call(
         client,
         "run_python_code",
         json!({"sandbox_id": id, "python_code": "print('before')\n1 / 0"}),
     )
     .await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     let v = object(&r);
     assert_eq!(keys(&v), ["error", "logs", "outputs"]);
     assert_eq!(v["logs"]["stdout"], json!(["before\n"]));
@@ -255,18 +268,18 @@ async fn novita_flow(client: &Client, revision: Revision) {
             "execution error": null,
         })
     );
+    // A non-zero exit: the SDK raised, and the tutorial answered with the exception's text.
     let r = call(
         client,
         "run_on_command_line",
-        json!({"sandbox_id": id, "command_line": "echo partial; exit 3"}),
+        json!({"sandbox_id": id, "command_line": "echo partial; echo bad >&2; exit 3"}),
     )
     .await;
-    assert!(is_error(&r));
-    let v = object(&r);
-    assert_eq!(v["output"]["exit_code"], 3);
-    assert_eq!(v["output"]["stdout"], "partial\n");
-    assert_eq!(v["output"]["error"], "exit status 3");
-    assert_eq!(v["execution error"], Value::Null);
+    assert!(!is_error(&r));
+    assert_eq!(
+        object(&r),
+        json!({"output": null, "execution error": "Command exited with code 3 and error:\nbad\n"})
+    );
 
     // Stop, then every tool says the sandbox is gone, in its own shape.
     let r = call(client, "stop_sandbox_session", json!({"sandbox_id": id})).await;
@@ -278,15 +291,12 @@ async fn novita_flow(client: &Client, revision: Revision) {
         json!({"sandbox_id": id, "python_code": "1"}),
     )
     .await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     let v = object(&r);
-    assert_eq!(v["outputs"], json!([]));
-    assert_eq!(v["error"]["name"], "SandboxNotFound");
+    assert_eq!(keys(&v), ["error"], "the tutorial's {{\"error\": str(e)}}");
+    let e = v["error"].as_str().unwrap();
     assert!(
-        v["error"]["value"]
-            .as_str()
-            .unwrap()
-            .contains("create_sandbox_session"),
+        e.contains(&id) && e.contains("create_sandbox_session"),
         "{v}"
     );
     let r = call(
@@ -295,12 +305,12 @@ async fn novita_flow(client: &Client, revision: Revision) {
         json!({"sandbox_id": id, "command_line": "true"}),
     )
     .await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     let v = object(&r);
     assert_eq!(v["output"], Value::Null);
     assert!(v["execution error"].as_str().unwrap().contains(&id), "{v}");
     let r = call(client, "stop_sandbox_session", json!({"sandbox_id": id})).await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     let t = text(&r);
     assert!(
         t.starts_with(&format!("Failed to kill Sandbox ID: {id}\n ")) && t.contains("not found"),
@@ -433,7 +443,12 @@ async fn code_sandbox_mcp_runs_each_call_in_a_fresh_sandbox() {
     }
     assert!(client.list_all_prompts().await.unwrap().is_empty());
 
-    // Success: the trimmed stdout, text only.
+    // Both tools declare FastMCP's schema of a TextContent, as the original's did.
+    for tool in client.list_all_tools().await.unwrap() {
+        let schema = Value::Object((**tool.output_schema.as_ref().unwrap()).clone());
+        assert_eq!(schema["title"], "TextContent", "{schema}");
+    }
+    // Success: the trimmed stdout, and the TextContent as structuredContent.
     let r = call(
         &client,
         "run_python_code",
@@ -443,16 +458,23 @@ async fn code_sandbox_mcp_runs_each_call_in_a_fresh_sandbox() {
     assert!(!is_error(&r), "{}", text(&r));
     assert_eq!(text(&r), "hello");
     assert_eq!(r.content.len(), 1);
-    assert!(r.structured_content.is_none());
-    // No output: the reminder.
+    assert_eq!(
+        r.structured_content,
+        Some(json!({"type": "text", "text": "hello", "annotations": null, "_meta": null}))
+    );
+    // No output: the original's ExecutionResult, as it wrote it.
     let r = call(&client, "run_python_code", json!({"code": "x = 1"})).await;
     assert!(!is_error(&r));
-    assert_eq!(text(&r), "No output, forgot print()?");
-    // A fresh sandbox each call: x is gone, and the failure is {exit_code, stderr}.
+    assert_eq!(
+        text(&r),
+        "{\n  \"exit_code\": 1,\n  \"stderr\": \"No output, forgot print()?\",\n  \"stdout\": \"\"\n}"
+    );
+    // A fresh sandbox each call: x is gone, and the failure is {exit_code, stderr, stdout}
+    // in ordinary content, never isError (fastmcp would raise ToolError).
     let r = call(&client, "run_python_code", json!({"code": "print(x)"})).await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     let v: Value = serde_json::from_str(&text(&r)).unwrap();
-    assert_eq!(keys(&v), ["exit_code", "stderr"]);
+    assert_eq!(keys(&v), ["exit_code", "stderr", "stdout"]);
     assert_eq!(v["exit_code"], 1);
     assert!(v["stderr"].as_str().unwrap().contains("NameError"), "{v}");
 
@@ -465,14 +487,18 @@ async fn code_sandbox_mcp_runs_each_call_in_a_fresh_sandbox() {
     .await;
     assert_eq!((text(&r).as_str(), is_error(&r)), ("42", false));
     let r = call(&client, "run_javascript_code", json!({"code": "1 + 1"})).await;
-    assert_eq!(text(&r), "No output, forgot console.log()?");
+    let v: Value = serde_json::from_str(&text(&r)).unwrap();
+    assert_eq!(
+        v["stderr"], "No output, forgot console.logs?",
+        "the original's words"
+    );
     let r = call(
         &client,
         "run_javascript_code",
         json!({"code": "throw new Error('boom')"}),
     )
     .await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     let v: Value = serde_json::from_str(&text(&r)).unwrap();
     assert_eq!(v["exit_code"], 1);
     assert!(v["stderr"].as_str().unwrap().contains("boom"), "{v}");
@@ -484,9 +510,9 @@ async fn code_sandbox_mcp_runs_each_call_in_a_fresh_sandbox() {
         json!({"code": "import time\ntime.sleep(60)"}),
     )
     .await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     let v: Value = serde_json::from_str(&text(&r)).unwrap();
-    assert_eq!(v["exit_code"], 124, "{v}");
+    assert_eq!(v["exit_code"], 1, "{v}");
     assert!(v["stderr"].as_str().unwrap().contains("timeout"), "{v}");
 
     // The passed variable is in every sandbox (pooled ones too); no other host variable is.
@@ -502,6 +528,99 @@ async fn code_sandbox_mcp_runs_each_call_in_a_fresh_sandbox() {
     )
     .await;
     assert_eq!(text(&r), "passed-value-123 undefined");
+    client.cancel().await.unwrap();
+}
+
+/// The original's containers had a network, and its resource `sandbox://environments`
+/// described the languages: so do the profile's sandboxes and resource.
+#[tokio::test]
+async fn code_sandbox_mcp_has_a_network_and_describes_its_environments() {
+    let (client, _) = stdio_client(
+        &[
+            "--profile",
+            "code-sandbox-mcp",
+            "--pool",
+            "0",
+            "--allow-host",
+            "example.org",
+        ],
+        Revision::Legacy,
+    )
+    .await;
+    // The proxy is in the sandbox's environment and lets through only the allowed host.
+    let code = "import os, socket\nproxy = os.environ['HTTPS_PROXY'].rsplit(':', 1)\n\
+                s = socket.create_connection((proxy[0].split('//')[1], int(proxy[1])), timeout=20)\n\
+                s.sendall(b'CONNECT elsewhere.invalid:443 HTTP/1.1\\r\\nHost: elsewhere.invalid:443\\r\\n\\r\\n')\n\
+                print(s.recv(4096).split(b' ')[1].decode())";
+    let r = call(&client, "run_python_code", json!({ "code": code })).await;
+    assert_eq!(text(&r), "403", "a proxy that refuses hosts off the list");
+
+    let resources = client.list_all_resources().await.unwrap();
+    assert_eq!(resources.len(), 1, "{resources:?}");
+    assert_eq!(
+        (
+            resources[0].uri.as_str(),
+            resources[0].name.as_str(),
+            resources[0].mime_type.as_deref()
+        ),
+        (
+            "sandbox://environments",
+            "environment_details",
+            Some("text/plain")
+        )
+    );
+    let mut read = client
+        .read_resource(ReadResourceRequestParams::new("sandbox://environments"))
+        .await
+        .unwrap();
+    let ResourceContents::TextResourceContents { text: body, .. } = read.contents.remove(0) else {
+        panic!("not text")
+    };
+    assert!(
+        body.starts_with("{\n  \"python\": {\n    \"image\": "),
+        "{body}"
+    );
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(keys(&v), ["javascript", "python"]);
+    assert!(
+        v["python"]["image"].as_str().unwrap().contains("Python 3."),
+        "{v}"
+    );
+    let libraries = v["python"]["installed_libraries"].as_str().unwrap();
+    assert!(
+        libraries.contains("matplotlib") && libraries.contains("pandas"),
+        "{libraries}"
+    );
+    assert!(
+        v["javascript"]["image"]
+            .as_str()
+            .unwrap()
+            .contains("Node.js v"),
+        "{v}"
+    );
+    assert_eq!(keys(&v["javascript"]), ["image", "installed_libraries"]);
+    client.cancel().await.unwrap();
+
+    // Without allowed hosts there is no network, as for every sandbox then.
+    let (client, _) = stdio_client(
+        &[
+            "--profile",
+            "code-sandbox-mcp",
+            "--pool",
+            "0",
+            "--allow-host",
+            "none",
+        ],
+        Revision::Legacy,
+    )
+    .await;
+    let r = call(
+        &client,
+        "run_python_code",
+        json!({"code": "import os\nprint(os.environ.get('HTTPS_PROXY'))"}),
+    )
+    .await;
+    assert_eq!(text(&r), "None");
     client.cancel().await.unwrap();
 }
 
@@ -587,7 +706,7 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
     let r = call(&client, "get_sandbox_status", json!({})).await;
     assert_eq!(
         object(&r),
-        json!({"active_sandbox_count": 0, "active_sessions": []})
+        json!({"active_sandbox_count": 0, "active_sessions": [], "interpreter_type": "local"})
     );
     assert!(r.structured_content.is_some());
 
@@ -596,21 +715,20 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
     assert!(!is_error(&r), "{}", text(&r));
     assert_eq!(text(&r), "Sandbox created successfully with session ID: s1");
     let r = call(&client, "create_sandbox", json!({"session_id": "s1"})).await;
-    assert!(is_error(&r));
-    assert!(
-        text(&r).starts_with("Sandbox with session ID s1 already exists."),
-        "{}",
-        text(&r)
-    );
+    assert!(!is_error(&r));
+    assert_eq!(text(&r), "Sandbox with session ID s1 already exists.");
     let r = call(&client, "get_sandbox_status", json!({})).await;
     assert_eq!(
         object(&r),
-        json!({"active_sandbox_count": 1, "active_sessions": ["s1"]})
+        json!({"active_sandbox_count": 1, "active_sessions": ["s1"], "interpreter_type": "local"})
     );
     let r = call(&client, "get_sandbox_status", json!({"session_id": "s1"})).await;
-    assert_eq!(object(&r), json!({"status": "active", "session_id": "s1"}));
+    assert_eq!(
+        object(&r),
+        json!({"status": "active", "session_id": "s1", "interpreter_type": "local"})
+    );
     let r = call(&client, "get_sandbox_status", json!({"session_id": "s9"})).await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     assert_eq!(
         object(&r),
         json!({"error": "No sandbox found with session ID: s9"})
@@ -644,7 +762,7 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
         json!({"session_id": "s1", "code": "1 / 0"}),
     )
     .await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     let v = object(&r);
     assert_eq!(keys(&v), ["error", "logs"]);
     assert_eq!(v["error"]["name"], "ZeroDivisionError");
@@ -654,13 +772,14 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
         json!({"session_id": "nope", "code": "1"}),
     )
     .await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     assert_eq!(
         object(&r),
         json!({"error": "No sandbox found with session ID: nope. Create a sandbox first."})
     );
 
-    // Files: / is the sandbox's home, /workspace.
+    // Files: / is the sandbox's home, /workspace, and every path answered is one code
+    // opens as it is.
     let r = call(
         &client,
         "write_file",
@@ -670,7 +789,7 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
     assert!(!is_error(&r), "{}", text(&r));
     assert_eq!(
         object(&r),
-        json!({"path": "/notes/a.txt", "message": "File written successfully"})
+        json!({"path": "/workspace/notes/a.txt", "message": "File written successfully"})
     );
     let r = call(
         &client,
@@ -680,7 +799,7 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
     .await;
     assert_eq!(
         object(&r),
-        json!({"path": "/b.csv", "message": "File uploaded successfully"})
+        json!({"path": "/workspace/b.csv", "message": "File uploaded successfully"})
     );
     let r = call(
         &client,
@@ -688,18 +807,22 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
         json!({"session_id": "s1", "file_name": "c.txt", "file_content": "c", "destination_path": "/sub"}),
     )
     .await;
-    assert_eq!(object(&r)["path"], "/sub/c.txt");
+    let c_path = object(&r)["path"].as_str().unwrap().to_owned();
+    assert_eq!(c_path, "/workspace/sub/c.txt");
     let r = call(
         &client,
         "execute_code",
-        json!({"session_id": "s1", "code": "print(open('notes/a.txt').read(), open('/workspace/sub/c.txt').read())"}),
+        json!({"session_id": "s1", "code": format!("print(open('/workspace/notes/a.txt').read(), open('{c_path}').read(), open('/workspace/b.csv').read().split()[0])")}),
     )
     .await;
-    assert_eq!(object(&r)["logs"]["stdout"], json!(["hello c\n"]));
+    assert_eq!(object(&r)["logs"]["stdout"], json!(["hello c x,y\n"]));
     let r = call(&client, "list_files", json!({"session_id": "s1"})).await;
     assert!(!is_error(&r), "{}", text(&r));
     let v = object(&r);
-    assert_eq!(v["path"], "/");
+    assert_eq!(
+        v["path"], "/workspace",
+        "the listed directory, as the entries' paths say"
+    );
     // Hidden entries (a network sandbox's package folder) aside.
     let files: Vec<&Value> = v["files"]
         .as_array()
@@ -733,6 +856,18 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
         json!({"session_id": "s1", "path": "/notes"}),
     )
     .await;
+    let v = object(&r);
+    assert_eq!(
+        (v["path"].as_str(), v["files"][0]["path"].as_str()),
+        (Some("/workspace/notes"), Some("/workspace/notes/a.txt"))
+    );
+    // Paths answered are taken back as they are.
+    let r = call(
+        &client,
+        "list_files",
+        json!({"session_id": "s1", "path": "/workspace/notes"}),
+    )
+    .await;
     assert_eq!(object(&r)["files"][0]["name"], "a.txt");
     let r = call(
         &client,
@@ -742,7 +877,7 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
     .await;
     assert_eq!(
         object(&r),
-        json!({"path": "/b.csv", "content": "x,y\n1,2\n"})
+        json!({"path": "/workspace/b.csv", "content": "x,y\n1,2\n"})
     );
     // Host paths stay out of reach: /etc is the sandbox home's, `..` cannot climb out.
     for path in ["/etc/passwd", "/../../etc/passwd", "../etc/passwd"] {
@@ -752,7 +887,7 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
             json!({"session_id": "s1", "file_path": path}),
         )
         .await;
-        assert!(is_error(&r), "{path}: {}", text(&r));
+        assert!(!is_error(&r), "{path}: {}", text(&r));
         let v = object(&r);
         assert_eq!(keys(&v), ["error"]);
         assert!(!text(&r).contains("root:x"), "{path}: {}", text(&r));
@@ -765,10 +900,14 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
         json!({"session_id": "s1", "package_name": "--index-url=http://example.com/"}),
     )
     .await;
-    assert!(is_error(&r));
+    assert!(!is_error(&r));
     let v = object(&r);
-    assert_eq!(keys(&v), ["error", "output", "package"]);
-    assert!(v["error"].as_str().unwrap().contains("option"), "{v}");
+    assert_eq!(keys(&v), ["error"]);
+    let e = v["error"].as_str().unwrap();
+    assert!(
+        e.starts_with("Error installing package: ") && e.contains("option"),
+        "{v}"
+    );
     let r = call(
         &client,
         "install_package",
@@ -779,7 +918,7 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
     assert_eq!(keys(&v), ["error", "output", "package"]);
     assert_eq!(v["package"], "six");
     assert_eq!(keys(&v["output"]), ["stderr", "stdout"]);
-    assert_eq!(is_error(&r), !v["error"].is_null(), "{v}");
+    assert!(!is_error(&r), "{v}");
 
     // One-off runs leave the sessions alone.
     let r = call(
@@ -796,6 +935,7 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
             "error": null,
             "sandbox_status": "created and will be closed automatically",
             "sandbox_closed": true,
+            "sandbox_removed": true,
         })
     );
     let r = call(&client, "get_sandbox_status", json!({})).await;
@@ -820,7 +960,10 @@ async fn mcp_code_sandbox_sessions_are_named_by_the_caller() {
         json!({"session_id": "s1", "code": "print(v)"}),
     )
     .await;
-    assert!(is_error(&r));
+    assert_eq!(
+        object(&r),
+        json!({"error": "No sandbox found with session ID: s1. Create a sandbox first."})
+    );
     let r = call(&client, "create_sandbox", json!({"session_id": "s1"})).await;
     assert!(!is_error(&r), "the name is free again: {}", text(&r));
     let r = call(

@@ -5,7 +5,12 @@
 //! Sessions map to runbox sandboxes per tenant in the server's shared state. Paths are
 //! inside the sandbox: `/` is its home, `/workspace`; `/workspace/...`, `/tmp/...` and the
 //! operator's read-only `/data/...` are taken as they are, any other absolute path is under
-//! `/workspace`, and relative paths start there. Nothing ever names a host path.
+//! `/workspace`, and relative paths start there. Nothing ever names a host path. A path in
+//! an answer is the sandbox's own, one code can open: `upload_file` of `data.csv` to `/`
+//! answers `/workspace/data.csv`, and `list_files` of `/` answers for `/workspace`.
+//!
+//! As in the original, every failure is an answer in ordinary content (`{"error": ...}`, a
+//! `Failed to ...` text), never `isError`.
 
 use crate::caller::Caller;
 use rmcp::handler::server::tool::Extension;
@@ -22,7 +27,7 @@ use runbox_core::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ErrorBody, Logs, failure_summary, message, object_result, text_result};
+use super::{ErrorBody, Logs, Words, failure_summary, message, object_result, text_result};
 use crate::render;
 use crate::server::RunboxServer;
 
@@ -34,11 +39,14 @@ upload_file); variables, imports and files persist in that sandbox. Call close_s
 done. create_run_close runs one snippet in a sandbox made for it and closed after. Paths are \
 inside the sandbox: / is its working directory (/workspace).";
 
-/// The most bytes `read_file` returns: the whole file comes back as one string.
-const MAX_READ: u64 = crate::files::MAX_READ;
-
 /// The sandbox's home, which `/` means in this profile.
 const HOME: &str = "/workspace";
+
+/// What to tell a caller, in this profile's tools' names.
+pub(super) const WORDS: Words = Words {
+    not_found: "Create it again with create_sandbox.",
+    close_one: "Close one you no longer need with close_sandbox.",
+};
 
 fn root() -> String {
     "/".to_owned()
@@ -137,18 +145,14 @@ struct ErrorAnswer {
 }
 
 fn error_answer(message: impl Into<String>) -> CallToolResult {
-    object_result(
-        &ErrorAnswer {
-            error: message.into(),
-        },
-        true,
-        true,
-    )
+    object(&ErrorAnswer {
+        error: message.into(),
+    })
 }
 
 /// A JSON object answer; `structuredContent` carries it too, as the seed's dictionaries do.
-fn object<T: Serialize>(body: &T, failed: bool) -> CallToolResult {
-    object_result(body, failed, true)
+fn object<T: Serialize>(body: &T) -> CallToolResult {
+    object_result(body, true)
 }
 
 fn no_session(session: &str) -> String {
@@ -159,12 +163,15 @@ fn no_session(session: &str) -> String {
 struct SessionStatus {
     status: String,
     session_id: String,
+    /// The original's `INTERPRETER_TYPE`; here the backend sandboxes run on (`local`, `e2b`).
+    interpreter_type: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct AllStatus {
     active_sandbox_count: usize,
     active_sessions: Vec<String>,
+    interpreter_type: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -187,6 +194,7 @@ struct CreateRunCloseAnswer {
     error: Option<ErrorBody>,
     sandbox_status: String,
     sandbox_closed: bool,
+    sandbox_removed: bool,
 }
 
 /// A directory entry, as the E2B SDK's `EntryInfo` names its fields.
@@ -285,13 +293,20 @@ impl RunboxServer {
             .ok_or_else(|| no_session(session))
     }
 
-    /// Forgets the session when `e` says its sandbox is gone, and words the error.
-    fn session_error(&self, tenant: &str, session: &str, e: &Error) -> String {
+    /// Forgets the session when `e` says its sandbox is gone (it expired), and words the
+    /// error: `what` (the original's `Error reading file: ...`) and the message, or the
+    /// original's answer for a session that does not exist.
+    fn session_error(&self, tenant: &str, session: &str, what: &str, e: &Error) -> String {
         if matches!(e, Error::SandboxNotFound { .. }) {
             self.sessions().forget(tenant, session);
             return no_session(session);
         }
-        message(e, "")
+        format!("{what}: {}", message(e, &WORDS))
+    }
+
+    /// The original's `INTERPRETER_TYPE`: here, the backend's name.
+    fn interpreter_type(&self) -> String {
+        self.registry().backend().name().to_owned()
     }
 
     /// Forgets sessions whose sandbox expired or was closed.
@@ -322,19 +337,12 @@ impl RunboxServer {
         let session = args.session_id;
         if session.is_empty() {
             return text_result(
-                "Failed to create sandbox: session_id is empty; choose a name for the session",
-                true,
+                "Failed to create sandbox: session_id is empty; choose a name for the session.",
             );
         }
         self.prune_sessions(&caller.tenant);
         let Some(reservation) = self.sessions().reserve(&caller.tenant, &session) else {
-            return text_result(
-                format!(
-                    "Sandbox with session ID {session} already exists. Use it, close it with \
-                     close_sandbox, or choose another session_id."
-                ),
-                true,
-            );
+            return text_result(format!("Sandbox with session ID {session} already exists."));
         };
         match self
             .registry()
@@ -343,23 +351,13 @@ impl RunboxServer {
         {
             Ok((view, _)) => {
                 reservation.fill(view.id);
-                text_result(
-                    format!("Sandbox created successfully with session ID: {session}"),
-                    false,
-                )
+                text_result(format!(
+                    "Sandbox created successfully with session ID: {session}"
+                ))
             }
             Err(e) => {
                 drop(reservation);
-                let hint = match &e {
-                    Error::LimitReached(_) => {
-                        " Close sandboxes you no longer need with close_sandbox."
-                    }
-                    _ => "",
-                };
-                text_result(
-                    format!("Failed to create sandbox: {}{hint}", message(&e, "")),
-                    true,
-                )
+                text_result(format!("Failed to create sandbox: {}", message(&e, &WORDS)))
             }
         }
     }
@@ -377,29 +375,20 @@ impl RunboxServer {
         let session = args.session_id;
         let Some(id) = self.sessions().take(&caller.tenant, &session) else {
             // As the seed answers: not an error, so a client does not retry.
-            return text_result(
-                format!(
-                    "Sandbox with session ID {session} is not active or has already been closed."
-                ),
-                false,
-            );
+            return text_result(format!(
+                "Sandbox with session ID {session} is not active or has already been closed."
+            ));
         };
         match self.registry().close(&caller.tenant, &id).await {
-            Ok(()) | Err(Error::SandboxNotFound { .. }) => text_result(
-                format!(
-                    "Sandbox with session ID {session} has been successfully closed and all \
-                     resources freed."
-                ),
-                false,
-            ),
-            Err(e) => text_result(
-                format!(
-                    "Sandbox with session ID {session} has been removed from active sessions, but \
-                     closing it failed: {}",
-                    message(&e, "")
-                ),
-                true,
-            ),
+            Ok(()) | Err(Error::SandboxNotFound { .. }) => text_result(format!(
+                "Sandbox with session ID {session} has been successfully closed and all \
+                 resources freed."
+            )),
+            Err(e) => text_result(format!(
+                "Sandbox with session ID {session} has been removed from active sessions, but \
+                 closing it failed: {}",
+                message(&e, &WORDS)
+            )),
         }
     }
 
@@ -425,28 +414,31 @@ impl RunboxServer {
                     }
                 };
                 match self.registry().status(&caller.tenant, &id).await {
-                    Ok((view, _)) => object(
-                        &SessionStatus {
-                            status: match view.state {
-                                runbox_core::SandboxState::Running => "active".into(),
-                                s => render::state_name(s).into(),
-                            },
-                            session_id: session,
+                    Ok((view, _)) => object(&SessionStatus {
+                        status: match view.state {
+                            runbox_core::SandboxState::Running => "active".into(),
+                            s => render::state_name(s).into(),
                         },
-                        false,
-                    ),
-                    Err(e) => error_answer(self.session_error(&caller.tenant, &session, &e)),
+                        session_id: session,
+                        interpreter_type: self.interpreter_type(),
+                    }),
+                    Err(Error::SandboxNotFound { .. }) => {
+                        self.sessions().forget(&caller.tenant, &session);
+                        error_answer(format!("No sandbox found with session ID: {session}"))
+                    }
+                    Err(e) => error_answer(format!(
+                        "Error getting sandbox status: {}",
+                        message(&e, &WORDS)
+                    )),
                 }
             }
             None => {
                 let active_sessions = self.sessions().names(&caller.tenant);
-                object(
-                    &AllStatus {
-                        active_sandbox_count: active_sessions.len(),
-                        active_sessions,
-                    },
-                    false,
-                )
+                object(&AllStatus {
+                    active_sandbox_count: active_sessions.len(),
+                    active_sessions,
+                    interpreter_type: self.interpreter_type(),
+                })
             }
         }
     }
@@ -470,21 +462,25 @@ impl RunboxServer {
         };
         let timeout = match self.run_timeout(None) {
             Ok(t) => t,
-            Err(e) => return error_answer(message(&e, "")),
+            Err(e) => {
+                return error_answer(format!("Error executing code: {}", message(&e, &WORDS)));
+            }
         };
         let req = ExecRequest::new(Language::Python, args.code, timeout);
         match self
             .run(&caller, Some(id.to_string()), Work::Code(req), &ctx)
             .await
         {
-            Ok(ran) => object(
-                &ExecuteAnswer {
-                    logs: Logs::of(&ran.outcome),
-                    error: ErrorBody::of(&ran.outcome),
-                },
-                !ran.outcome.succeeded(),
-            ),
-            Err(e) => error_answer(self.session_error(&caller.tenant, &args.session_id, &e)),
+            Ok(ran) => object(&ExecuteAnswer {
+                logs: Logs::of(&ran.outcome),
+                error: ErrorBody::of(&ran.outcome),
+            }),
+            Err(e) => error_answer(self.session_error(
+                &caller.tenant,
+                &args.session_id,
+                "Error executing code",
+                &e,
+            )),
         }
     }
 
@@ -500,23 +496,13 @@ impl RunboxServer {
         Parameters(args): Parameters<InstallPackageArgs>,
     ) -> CallToolResult {
         let package = args.package_name;
-        let failed = |error: String| {
-            object(
-                &InstallAnswer {
-                    package: package.clone(),
-                    output: Logs::default(),
-                    error: Some(error),
-                },
-                true,
-            )
-        };
-        if let Err(m) = check_package(&package) {
-            return failed(m);
-        }
         let id = match self.session_sandbox(&caller.tenant, &args.session_id) {
             Ok(id) => id,
-            Err(m) => return failed(m),
+            Err(m) => return error_answer(m),
         };
+        if let Err(m) = check_package(&package) {
+            return error_answer(format!("Error installing package: {m}."));
+        }
         let req = InstallRequest {
             manager: PackageManager::Pip,
             packages: vec![package.clone()],
@@ -527,18 +513,17 @@ impl RunboxServer {
             .install(&caller.tenant, &id, req, ExecContext::default())
             .await
         {
-            Ok(outcome) => {
-                let error = failure_summary(&outcome);
-                object(
-                    &InstallAnswer {
-                        package: package.clone(),
-                        output: Logs::of(&outcome),
-                        error: error.clone(),
-                    },
-                    error.is_some(),
-                )
-            }
-            Err(e) => failed(self.session_error(&caller.tenant, &args.session_id, &e)),
+            Ok(outcome) => object(&InstallAnswer {
+                package: package.clone(),
+                output: Logs::of(&outcome),
+                error: failure_summary(&outcome),
+            }),
+            Err(e) => error_answer(self.session_error(
+                &caller.tenant,
+                &args.session_id,
+                "Error installing package",
+                &e,
+            )),
         }
     }
 
@@ -554,25 +539,28 @@ impl RunboxServer {
         Parameters(args): Parameters<CreateRunCloseArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
+        let failed = |e: &Error| error_answer(format!("Operation failed: {}", message(e, &WORDS)));
         let timeout = match self.run_timeout(None) {
             Ok(t) => t,
-            Err(e) => return error_answer(message(&e, "")),
+            Err(e) => return failed(&e),
         };
         let req = ExecRequest::new(Language::Python, args.code, timeout);
-        match self.run(&caller, None, Work::Code(req), &ctx).await {
+        let sandbox = self.package_sandbox_request(&caller);
+        match self
+            .run_fresh(&caller, sandbox, Work::Code(req), &ctx)
+            .await
+        {
             Ok(ran) => {
                 let outcome: &ExecOutcome = &ran.outcome;
-                object(
-                    &CreateRunCloseAnswer {
-                        logs: Logs::of(outcome),
-                        error: ErrorBody::of(outcome),
-                        sandbox_status: "created and will be closed automatically".into(),
-                        sandbox_closed: ran.ephemeral,
-                    },
-                    !outcome.succeeded(),
-                )
+                object(&CreateRunCloseAnswer {
+                    logs: Logs::of(outcome),
+                    error: ErrorBody::of(outcome),
+                    sandbox_status: "created and will be closed automatically".into(),
+                    sandbox_closed: ran.ephemeral,
+                    sandbox_removed: ran.ephemeral,
+                })
             }
-            Err(e) => error_answer(format!("Operation failed: {}", message(&e, ""))),
+            Err(e) => failed(&e),
         }
     }
 
@@ -590,38 +578,38 @@ impl RunboxServer {
             Ok(id) => id,
             Err(m) => return error_answer(m),
         };
+        let path = sandbox_path(&args.path);
         match self
             .registry()
-            .list_files(&caller.tenant, &id, &sandbox_path(&args.path), false)
+            .list_files(&caller.tenant, &id, &path, false)
             .await
         {
-            Ok(listing) => object(
-                &ListAnswer {
-                    path: args.path,
-                    files: listing
-                        .entries
-                        .into_iter()
-                        .map(|e| EntryOut {
-                            name: e.name,
-                            kind: kind_name(e.kind),
-                            path: e.path,
-                            size: e.size,
-                            modified_time: render::rfc3339(e.modified),
-                        })
-                        .collect(),
-                },
-                false,
-            ),
-            Err(e) => error_answer(format!(
-                "Error listing files: {}",
-                self.session_error(&caller.tenant, &args.session_id, &e)
+            Ok(listing) => object(&ListAnswer {
+                path,
+                files: listing
+                    .entries
+                    .into_iter()
+                    .map(|e| EntryOut {
+                        name: e.name,
+                        kind: kind_name(e.kind),
+                        path: e.path,
+                        size: e.size,
+                        modified_time: render::rfc3339(e.modified),
+                    })
+                    .collect(),
+            }),
+            Err(e) => error_answer(self.session_error(
+                &caller.tenant,
+                &args.session_id,
+                "Error listing files",
+                &e,
             )),
         }
     }
 
     #[tool(
         name = "read_file",
-        description = "Read the contents of a file in the sandbox, as text (at most 4 MiB)."
+        description = "Read the contents of a file in the sandbox, as text."
     )]
     async fn mcs_read_file(
         &self,
@@ -632,6 +620,7 @@ impl RunboxServer {
             Ok(id) => id,
             Err(m) => return error_answer(m),
         };
+        let most = self.read_budget();
         match self
             .registry()
             .read_file(
@@ -639,25 +628,24 @@ impl RunboxServer {
                 &id,
                 &sandbox_path(&args.file_path),
                 0,
-                Some(MAX_READ),
+                Some(most),
             )
             .await
         {
             Ok(c) if c.more() => error_answer(format!(
-                "Error reading file: {} is {} bytes, more than the {MAX_READ} bytes this tool \
-                 returns; process it with execute_code instead",
+                "Error reading file: {} is {} bytes, more than the {most} bytes this tool returns; \
+                 process it with execute_code instead.",
                 c.path, c.size
             )),
-            Ok(c) => object(
-                &ReadAnswer {
-                    path: args.file_path,
-                    content: String::from_utf8_lossy(&c.data).into_owned(),
-                },
-                false,
-            ),
-            Err(e) => error_answer(format!(
-                "Error reading file: {}",
-                self.session_error(&caller.tenant, &args.session_id, &e)
+            Ok(c) => object(&ReadAnswer {
+                path: c.path,
+                content: String::from_utf8_lossy(&c.data).into_owned(),
+            }),
+            Err(e) => error_answer(self.session_error(
+                &caller.tenant,
+                &args.session_id,
+                "Error reading file",
+                &e,
             )),
         }
     }
@@ -665,7 +653,8 @@ impl RunboxServer {
     #[tool(
         name = "write_file",
         description = "Write content to a file in the sandbox, replacing it if it exists and \
-                       creating missing parent directories."
+                       creating missing parent directories. Answers with the file's path in the \
+                       sandbox, as code opens it."
     )]
     async fn mcs_write_file(
         &self,
@@ -687,16 +676,15 @@ impl RunboxServer {
             )
             .await
         {
-            Ok(_) => object(
-                &WriteAnswer {
-                    path: args.file_path,
-                    message: "File written successfully".into(),
-                },
-                false,
-            ),
-            Err(e) => error_answer(format!(
-                "Error writing file: {}",
-                self.session_error(&caller.tenant, &args.session_id, &e)
+            Ok(w) => object(&WriteAnswer {
+                path: w.path,
+                message: "File written successfully".into(),
+            }),
+            Err(e) => error_answer(self.session_error(
+                &caller.tenant,
+                &args.session_id,
+                "Error writing file",
+                &e,
             )),
         }
     }
@@ -704,7 +692,8 @@ impl RunboxServer {
     #[tool(
         name = "upload_file",
         description = "Upload a file to the sandbox: file_content is written to file_name in \
-                       destination_path (default: the root directory, /workspace)."
+                       destination_path (default: the root directory, /workspace). Answers with \
+                       the file's path in the sandbox, as code opens it."
     )]
     async fn mcs_upload_file(
         &self,
@@ -716,30 +705,29 @@ impl RunboxServer {
             Err(m) => return error_answer(m),
         };
         if args.file_name.trim().is_empty() {
-            return error_answer("Error uploading file: file_name is empty");
+            return error_answer("Error uploading file: file_name is empty.");
         }
-        let path = upload_path(&args.destination_path, &args.file_name);
+        let path = sandbox_path(&upload_path(&args.destination_path, &args.file_name));
         match self
             .registry()
             .write_file(
                 &caller.tenant,
                 &id,
-                &sandbox_path(&path),
+                &path,
                 args.file_content.into_bytes(),
                 false,
             )
             .await
         {
-            Ok(_) => object(
-                &WriteAnswer {
-                    path,
-                    message: "File uploaded successfully".into(),
-                },
-                false,
-            ),
-            Err(e) => error_answer(format!(
-                "Error uploading file: {}",
-                self.session_error(&caller.tenant, &args.session_id, &e)
+            Ok(w) => object(&WriteAnswer {
+                path: w.path,
+                message: "File uploaded successfully".into(),
+            }),
+            Err(e) => error_answer(self.session_error(
+                &caller.tenant,
+                &args.session_id,
+                "Error uploading file",
+                &e,
             )),
         }
     }

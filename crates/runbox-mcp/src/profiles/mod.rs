@@ -8,10 +8,14 @@
 //! - `mcp_code_sandbox`: `mcp-code-sandbox`, sandboxes named by the caller (`session_id`).
 //!
 //! Every profile keeps runbox's improvements where they do not break the shape: timeouts,
-//! output caps, and failures that say what went wrong, as results with `isError: true` in the
-//! seed's own text or JSON shape. JSON answers are a text block holding the object (pretty
-//! printed, fields in the seed's order) and, where the seed's server declared the tool as
-//! returning an object, the same object as `structuredContent`.
+//! output caps, and failures that say what went wrong. A failure comes back where the
+//! original put it: the seeds' servers caught every exception and answered with it as
+//! ordinary content (a `Failed to ...` text, an `{"error": ...}` object, an `{"exit_code",
+//! "stderr"}` object), so the profiles never set `isError`, and a client written for the
+//! seed (fastmcp raises `ToolError` on `isError`) reads the answer as it did there. JSON
+//! answers are a text block holding the object (pretty printed, fields in the seed's
+//! order); `structuredContent` and an `outputSchema` are there exactly where the seed's
+//! framework produced them.
 
 mod code_sandbox_mcp;
 mod mcp_code_sandbox;
@@ -131,6 +135,29 @@ impl RunboxServer {
         }
     }
 
+    /// The resources of a compatibility profile (beside the data files every profile
+    /// serves): only code-sandbox-mcp's original had one.
+    pub(crate) fn profile_resources(&self) -> Vec<rmcp::model::Resource> {
+        match self.settings().profile {
+            Profile::CodeSandboxMcp => code_sandbox_mcp::resources(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Reads `uri` when it is one of the profile's own resources.
+    pub(crate) async fn read_profile_resource(
+        &self,
+        caller: &crate::Caller,
+        uri: &str,
+    ) -> Option<rmcp::model::ReadResourceResult> {
+        match self.settings().profile {
+            Profile::CodeSandboxMcp if uri == code_sandbox_mcp::ENVIRONMENTS_URI => {
+                Some(self.code_sandbox_mcp_environments(caller).await)
+            }
+            _ => None,
+        }
+    }
+
     /// The prompts of a compatibility profile. Only the Novita tutorial's server had one;
     /// the other seeds had none, and runbox's own `sandbox_instructions` names tools those
     /// profiles do not have, so they offer none.
@@ -151,22 +178,41 @@ fn json_text<T: Serialize>(body: &T) -> String {
     })
 }
 
-/// A result of one text block; `isError` when `failed`.
-fn text_result(text: impl Into<String>, failed: bool) -> CallToolResult {
-    let content = vec![ContentBlock::text(text.into())];
-    if failed {
-        CallToolResult::error(content)
-    } else {
-        CallToolResult::success(content)
-    }
+/// A result of one text block, as ordinary content (never `isError`: see the module docs).
+fn text_result(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text.into())])
 }
 
 /// A JSON object answer: the object as text, and as `structuredContent` when `structured`.
-fn object_result<T: Serialize>(body: &T, failed: bool, structured: bool) -> CallToolResult {
-    let mut result = text_result(json_text(body), failed);
+fn object_result<T: Serialize>(body: &T, structured: bool) -> CallToolResult {
+    let mut result = text_result(json_text(body));
     if structured {
         result.structured_content = serde_json::to_value(body).ok();
     }
+    result
+}
+
+/// The output schema the Python SDK's FastMCP gives a tool declared as returning `str`:
+/// the text wrapped as `{"result": ...}`.
+fn str_result_schema(tool: &str) -> std::sync::Arc<rmcp::model::JsonObject> {
+    let schema = serde_json::json!({
+        "properties": {"result": {"title": "Result", "type": "string"}},
+        "required": ["result"],
+        "title": format!("{tool}Output"),
+        "type": "object",
+    });
+    match schema {
+        serde_json::Value::Object(o) => std::sync::Arc::new(o),
+        _ => std::sync::Arc::default(),
+    }
+}
+
+/// A text answer of a tool FastMCP declared as returning `str`: the text, and the same as
+/// `structuredContent` `{"result": text}`.
+fn str_result(text: impl Into<String>) -> CallToolResult {
+    let text = text.into();
+    let mut result = text_result(text.clone());
+    result.structured_content = Some(serde_json::json!({ "result": text }));
     result
 }
 
@@ -216,46 +262,42 @@ impl ErrorBody {
             traceback: e.traceback.clone(),
         })
     }
-
-    /// Why a call could not run the code at all.
-    fn failure(e: &Error, hint: &str) -> Self {
-        Self {
-            name: error_name(e).to_owned(),
-            value: message(e, hint),
-            traceback: String::new(),
-        }
-    }
 }
 
-/// A name for a runbox error, in the style of an exception class.
-fn error_name(e: &Error) -> &'static str {
-    match e {
-        Error::SandboxNotFound { .. } => "SandboxNotFound",
-        Error::ProcessNotFound { .. } => "ProcessNotFound",
-        Error::FileNotFound { .. } => "FileNotFoundError",
-        Error::LanguageUnavailable { .. } => "LanguageUnavailable",
-        Error::InvalidRequest(_) => "InvalidRequest",
-        Error::LimitReached(_) => "LimitReached",
-        Error::Sandbox { .. } => "SandboxError",
-        Error::Unsupported { .. } => "Unsupported",
-        _ => "Error",
-    }
+/// What a profile tells a caller to do, in its own tools' names (runbox's own advice names
+/// runbox's tools, which a profile does not have).
+pub(crate) struct Words {
+    /// For a sandbox id that names no sandbox.
+    pub not_found: &'static str,
+    /// For a caller holding as many sandboxes as it may.
+    pub close_one: &'static str,
 }
 
-/// A runbox error as a message, its causes included, with `hint` (what to do in this
-/// profile's own words) after it when the error calls for one.
-fn message(e: &Error, hint: &str) -> String {
-    let mut m = runbox_core::chain(e);
-    let extra = match e {
-        Error::SandboxNotFound { .. } => hint,
-        Error::Sandbox { .. } => "This is a failure of the sandbox, not of your code; try again.",
-        _ => "",
+/// Words for profiles whose sandboxes the caller never names (one per call).
+const ONE_SHOT: Words = Words {
+    not_found: "",
+    close_one: "Wait until one of your runs has ended.",
+};
+
+/// A runbox error as sentences, its causes included, with the profile's advice after it
+/// when the error calls for some.
+fn message(e: &Error, words: &Words) -> String {
+    let (text, advice) = match e {
+        Error::SandboxNotFound { .. } => (runbox_core::chain(e), words.not_found),
+        Error::Sandbox { .. } => (
+            runbox_core::chain(e),
+            "This is a failure of the sandbox, not of your code; try again.",
+        ),
+        Error::Quota {
+            limit: runbox_core::Limit::TenantSandboxes,
+            ..
+        } => (
+            "limit reached: you hold as many sandboxes as one caller may hold at once".to_owned(),
+            words.close_one,
+        ),
+        _ => (runbox_core::chain(e), ""),
     };
-    if !extra.is_empty() {
-        m.push_str(". ");
-        m.push_str(extra);
-    }
-    m
+    crate::render::sentences(&text, advice)
 }
 
 /// What went wrong in a run that did not succeed, in one line: a timeout or cancellation

@@ -12,13 +12,15 @@ use rmcp::model::{CallToolResult, GetPromptResult, PromptMessage, Role};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, prompt, prompt_router, tool, tool_router};
 use runbox_core::{
-    CommandRequest, Error, ExecOutcome, ExecRequest, Language, RichResult, SandboxId, Work,
+    CommandRequest, ExecOutcome, ExecRequest, Language, RichResult, SandboxId, Work,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{ErrorBody, Logs, failure_summary, message, note_line, object_result, text_result};
+use super::{
+    ErrorBody, Logs, Words, message, note_line, object_result, str_result, str_result_schema,
+};
 use crate::server::RunboxServer;
 
 /// Instructions sent to clients at initialisation.
@@ -28,8 +30,11 @@ create_sandbox_session, then pass the sandbox ID it returns to run_python_code a
 run_on_command_line: variables, imports and files persist in that sandbox between calls. \
 Call stop_sandbox_session with the ID when you are done.";
 
-/// What to do about a sandbox id that names no sandbox, in this profile's words.
-const NOT_FOUND_HINT: &str = "Call create_sandbox_session for a new sandbox and use its ID.";
+/// What to tell a caller, in this profile's tools' names.
+pub(super) const WORDS: Words = Words {
+    not_found: "Call create_sandbox_session for a new sandbox and use its ID.",
+    close_one: "Stop one you no longer need with stop_sandbox_session.",
+};
 
 /// Arguments of `stop_sandbox_session`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -130,13 +135,21 @@ impl PythonAnswer {
     }
 }
 
+/// The answer of `run_python_code` when the code could not be run at all (the tutorial's
+/// `except Exception as e: return {"error": str(e)}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct PythonFailure {
+    error: String,
+}
+
 /// `output` of `run_on_command_line`'s answer: the E2B SDK's `CommandResult`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct CommandOut {
     stdout: String,
     stderr: String,
     exit_code: Option<i64>,
-    /// Why the command did not succeed (`exit status N`, a timeout), or null.
+    /// The SDK's error of a command that ran: always null here, since a command that did
+    /// not succeed answers with `"execution error"` instead.
     error: Option<String>,
 }
 
@@ -144,29 +157,49 @@ struct CommandOut {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct CommandAnswer {
     output: Option<CommandOut>,
-    /// Why the command could not be run at all, or null.
+    /// Why the command failed or could not be run at all, or null.
     #[serde(rename = "execution error")]
     execution_error: Option<String>,
 }
 
 impl CommandAnswer {
+    /// The tutorial's answer for a command that ran. The SDK's `commands.run` raises for a
+    /// command that exits non-zero, and the tutorial answers with the exception's text:
+    /// `{"output": null, "execution error": "Command exited with code N and error:\n<stderr>"}`.
+    /// A command stopped by its timeout or a cancellation answers the same way, with
+    /// runbox's note as the text.
     fn of(outcome: &ExecOutcome) -> Self {
-        let error = failure_summary(outcome);
         let mut stderr = outcome.stderr.clone();
-        // Notes that are not already the error (output cut to fit) go after stderr.
-        if !(outcome.timed_out || outcome.cancelled) {
+        if outcome.timed_out || outcome.cancelled {
+            return Self::failed(outcome.notes.join(" "));
+        }
+        if let Some(code) = outcome.exit_code.filter(|c| *c != 0) {
             for n in &outcome.notes {
                 stderr.push_str(&note_line(n));
             }
+            return Self::failed(format!(
+                "Command exited with code {code} and error:\n{stderr}"
+            ));
+        }
+        // Notes (output cut to fit) go after stderr.
+        for n in &outcome.notes {
+            stderr.push_str(&note_line(n));
         }
         Self {
             output: Some(CommandOut {
                 stdout: outcome.stdout.clone(),
                 stderr,
-                exit_code: outcome.exit_code.map(i64::from),
-                error,
+                exit_code: Some(i64::from(outcome.exit_code.unwrap_or(0))),
+                error: None,
             }),
             execution_error: None,
+        }
+    }
+
+    fn failed(why: String) -> Self {
+        Self {
+            output: None,
+            execution_error: Some(why),
         }
     }
 }
@@ -175,6 +208,7 @@ impl CommandAnswer {
 impl RunboxServer {
     #[tool(
         name = "create_sandbox_session",
+        output_schema = str_result_schema("create_sandbox_session"),
         description = "This will create a sandbox instance and return a success message with the \
                        sandbox id, or an error message. Pass the id to run_python_code and \
                        run_on_command_line, and stop the sandbox with stop_sandbox_session when \
@@ -189,30 +223,20 @@ impl RunboxServer {
             .create(&caller.tenant, self.package_sandbox_request(&caller))
             .await
         {
-            Ok((view, _)) => text_result(
-                format!("Successfully created sandbox. Sandbox ID: {}", view.id),
-                false,
-            ),
-            Err(e) => {
-                let hint = match e {
-                    Error::LimitReached(_) => {
-                        " Stop sandboxes you no longer need with stop_sandbox_session."
-                    }
-                    _ => "",
-                };
-                text_result(
-                    format!(
-                        "Failed to create new sandbox: {}{hint}",
-                        runbox_core::chain(&e)
-                    ),
-                    true,
-                )
-            }
+            Ok((view, _)) => str_result(format!(
+                "Successfully created sandbox. Sandbox ID: {}",
+                view.id
+            )),
+            Err(e) => str_result(format!(
+                "Failed to create new sandbox: {}",
+                message(&e, &WORDS)
+            )),
         }
     }
 
     #[tool(
         name = "stop_sandbox_session",
+        output_schema = str_result_schema("stop_sandbox_session"),
         description = "This will kill a sandbox instance if it exists: every process in it is \
                        stopped and its files are deleted."
     )]
@@ -223,14 +247,11 @@ impl RunboxServer {
     ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
         match self.registry().close(&caller.tenant, &id).await {
-            Ok(()) => text_result(format!("Successfully killed Sandbox ID: {id}"), false),
-            Err(e) => text_result(
-                format!(
-                    "Failed to kill Sandbox ID: {id}\n {}",
-                    runbox_core::chain(&e)
-                ),
-                true,
-            ),
+            Ok(()) => str_result(format!("Successfully killed Sandbox ID: {id}")),
+            Err(e) => str_result(format!(
+                "Failed to kill Sandbox ID: {id}\n {}",
+                message(&e, &WORDS)
+            )),
         }
     }
 
@@ -258,24 +279,23 @@ impl RunboxServer {
             Err(e) => Err(e),
         };
         match answer {
-            Ok(outcome) => object_result(&PythonAnswer::of(&outcome), !outcome.succeeded(), true),
-            Err(e) => {
-                let answer = PythonAnswer {
-                    outputs: Vec::new(),
-                    logs: Logs::default(),
-                    error: Some(ErrorBody::failure(&e, NOT_FOUND_HINT)),
-                };
-                object_result(&answer, true, true)
-            }
+            Ok(outcome) => object_result(&PythonAnswer::of(&outcome), false),
+            Err(e) => object_result(
+                &PythonFailure {
+                    error: message(&e, &WORDS),
+                },
+                false,
+            ),
         }
     }
 
     #[tool(
         name = "run_on_command_line",
         description = "Runs the command on the sandbox (bash, in /workspace). Returns a JSON \
-                       object with output (stdout, stderr, exit_code, and error: why the command \
-                       failed, or null) and \"execution error\" (why the command could not be run \
-                       at all, or null)."
+                       object with output (stdout, stderr, exit_code and error) and \"execution \
+                       error\": null when the command succeeded; when it exited non-zero or could \
+                       not run, output is null and \"execution error\" says why (\"Command exited \
+                       with code N and error:\" and its stderr)."
     )]
     async fn novita_run_on_command_line(
         &self,
@@ -293,15 +313,8 @@ impl RunboxServer {
             Err(e) => Err(e),
         };
         match answer {
-            Ok(outcome) => object_result(&CommandAnswer::of(&outcome), !outcome.succeeded(), true),
-            Err(e) => object_result(
-                &CommandAnswer {
-                    output: None,
-                    execution_error: Some(message(&e, NOT_FOUND_HINT)),
-                },
-                true,
-                true,
-            ),
+            Ok(outcome) => object_result(&CommandAnswer::of(&outcome), false),
+            Err(e) => object_result(&CommandAnswer::failed(message(&e, &WORDS)), false),
         }
     }
 }
@@ -424,13 +437,31 @@ mod tests {
                 "execution error": null,
             })
         );
+        // The SDK raises for a non-zero exit; the tutorial answers with the exception's text.
         let failed = CommandAnswer::of(&ExecOutcome {
+            stdout: "lost\n".into(),
             stderr: "no\n".into(),
             exit_code: Some(3),
             ..Default::default()
         });
-        let v = serde_json::to_value(failed).unwrap();
-        assert_eq!(v["output"]["error"], "exit status 3");
-        assert_eq!(v["output"]["exit_code"], 3);
+        assert_eq!(
+            serde_json::to_value(failed).unwrap(),
+            json!({
+                "output": null,
+                "execution error": "Command exited with code 3 and error:\nno\n",
+            })
+        );
+        let timed_out = CommandAnswer::of(&ExecOutcome {
+            exit_code: Some(124),
+            timed_out: true,
+            notes: vec!["The command exceeded its timeout of 1 s and was stopped.".into()],
+            ..Default::default()
+        });
+        let v = serde_json::to_value(timed_out).unwrap();
+        assert!(v["output"].is_null(), "{v}");
+        assert!(
+            v["execution error"].as_str().unwrap().contains("timeout"),
+            "{v}"
+        );
     }
 }
