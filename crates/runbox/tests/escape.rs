@@ -442,6 +442,71 @@ for name, (nr, *args) in cases.items():
 }
 
 #[tokio::test]
+async fn mptcp_udplite_and_sctp_sockets_are_refused_while_tcp_and_udp_work() {
+    // A port Landlock lets the sandbox use on its own loopback, so TCP can be shown working
+    // (and Multipath TCP, which Landlock's TCP rules do not see, refused beside it).
+    const PORT: u16 = 8123;
+    let b = backend_with(|c| c.sandbox_tcp_ports = vec![PORT]).await;
+    let id = sandbox(&b).await;
+    let code = format!(
+        r#"
+import socket, platform
+def make(name, family, kind, proto):
+    try:
+        socket.socket(family, kind, proto).close(); print(f"{{name}}=0")
+    except OSError as e:
+        print(f"{{name}}={{e.errno}}")
+for family, v in ((socket.AF_INET, '4'), (socket.AF_INET6, '6')):
+    make('mptcp' + v, family, socket.SOCK_STREAM, 262)
+    make('udplite' + v, family, socket.SOCK_DGRAM, 136)
+    make('sctp_stream' + v, family, socket.SOCK_STREAM, 132)
+    make('sctp_seqpacket' + v, family, socket.SOCK_SEQPACKET, 132)
+    make('tcp' + v, family, socket.SOCK_STREAM, 0)
+    make('tcp_named' + v, family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    make('udp' + v, family, socket.SOCK_DGRAM, 0)
+    make('udp_named' + v, family, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+# The kernel reads the protocol as an int: bits above 32 change nothing.
+if platform.machine() == 'x86_64':
+    r, err = sc(41, socket.AF_INET, socket.SOCK_STREAM, 262 | (1 << 32))
+    print(f"mptcp_high_bits={{err if r < 0 else 0}}")
+    pair = (ctypes.c_int * 2)()
+    r, err = sc(53, socket.AF_UNIX, socket.SOCK_STREAM, 262, ctypes.addressof(pair))
+    print(f"socketpair_mptcp={{err if r < 0 else 0}}")
+else:
+    print(f"mptcp_high_bits={{errno.EPROTONOSUPPORT}}")
+    print(f"socketpair_mptcp={{errno.EPROTONOSUPPORT}}")
+# Ordinary traffic on the sandbox's own loopback still flows.
+a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); a.bind(('127.0.0.1', 0))
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'ping', a.getsockname())
+print('udp_round_trip=' + ('0' if a.recv(16) == b'ping' else '1'))
+server = socket.socket(socket.AF_INET, socket.SOCK_STREAM); server.bind(('127.0.0.1', {PORT})); server.listen()
+client = socket.create_connection(('127.0.0.1', {PORT}), timeout=10); client.sendall(b'pong')
+conn, _ = server.accept()
+print('tcp_round_trip=' + ('0' if conn.recv(16) == b'pong' else '1'))
+try:
+    m = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262); m.connect(('127.0.0.1', {PORT})); print('mptcp_connect=0')
+except OSError as e:
+    print(f"mptcp_connect={{e.errno}}")
+"#
+    );
+    let r = errnos(&b, &id, &code).await;
+    for v in ["4", "6"] {
+        for name in ["mptcp", "udplite", "sctp_stream", "sctp_seqpacket"] {
+            expect(&r, &format!("{name}{v}"), &[libc::EPROTONOSUPPORT]);
+        }
+        for name in ["tcp", "tcp_named", "udp", "udp_named"] {
+            expect(&r, &format!("{name}{v}"), &[0]);
+        }
+    }
+    expect(&r, "mptcp_high_bits", &[libc::EPROTONOSUPPORT]);
+    expect(&r, "socketpair_mptcp", &[libc::EPROTONOSUPPORT]);
+    expect(&r, "udp_round_trip", &[0]);
+    expect(&r, "tcp_round_trip", &[0]);
+    expect(&r, "mptcp_connect", &[libc::EPROTONOSUPPORT]);
+    b.close(&id).await.unwrap();
+}
+
+#[tokio::test]
 async fn terminal_injection_is_refused_even_with_high_bits() {
     let b = backend().await;
     let id = sandbox(&b).await;
