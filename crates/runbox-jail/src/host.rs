@@ -150,6 +150,13 @@ impl JailHost {
             .unwrap_or_default();
         let owner = Arc::new(Owner::register(&records, parents).map_err(state_err)?);
         let recovered = crate::recovery::recover(&records, &owner);
+        // After recovery: a dead server's paused sandboxes ran as the uids of those files.
+        if let Some(pool) = &uids {
+            let removed = pool.sweep();
+            if removed > 0 {
+                tracing::debug!(removed, "deleted uid lease files no sandbox holds");
+            }
+        }
         raise_open_file_limit();
         Ok(Self {
             config,
@@ -181,8 +188,9 @@ impl JailHost {
         &self.config
     }
 
-    /// Starts a sandbox named `name` (unique among live sandboxes; it names the cgroup) and
-    /// returns once its init reports every layer applied.
+    /// Starts a sandbox named `name` (in logs; its cgroup is named by a random token, so no
+    /// other user of the host learns the name) and returns once its init reports every layer
+    /// applied.
     pub async fn start(&self, name: &str, mut spec: JailSpec) -> Result<Jail, JailError> {
         let lease = match &self.uids {
             Some(pool) => Some(pool.lease().map_err(JailError::Uid)?),
@@ -199,9 +207,11 @@ impl JailHost {
             },
         };
         spec.files.extend(identity_files(&identity));
+        // Named with a token of its own, never the sandbox's name: other users of the host
+        // can list cgroup directories.
         let cgroup = match &self.cgroups {
             Ok(c) => Some(
-                c.create(&self.owner.group_name(name), spec.resources)
+                c.create(&self.owner.group_name(&opaque_token()?), spec.resources)
                     .map_err(JailError::Cgroup)?,
             ),
             Err(_) => None,
@@ -405,6 +415,13 @@ fn spawn_cleanup(cg: SandboxCgroup, owner: Arc<Owner>) {
             drop(owner);
         });
     }
+}
+
+/// 16 random hex digits.
+fn opaque_token() -> Result<String, JailError> {
+    let mut r = [0u8; 8];
+    getrandom::fill(&mut r).map_err(|e| JailError::Cgroup(io::Error::other(e.to_string())))?;
+    Ok(r.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn set_blocking(fd: BorrowedFd<'_>) -> nix::Result<()> {

@@ -761,6 +761,63 @@ async fn one_sandbox_cannot_touch_another() {
 }
 
 #[tokio::test]
+async fn the_boot_line_is_masked_and_host_objects_name_no_sandbox() {
+    let state = tempfile::tempdir().unwrap();
+    // A lease file a server that died left behind (as root, sandboxes lease host uids).
+    let stale = state.path().join("uids").join("1500000001");
+    if running_as_root() {
+        std::fs::create_dir_all(stale.parent().unwrap()).unwrap();
+        std::fs::write(&stale, "").unwrap();
+    }
+    let b = backend_with(|c| c.jail.state_dir = state.path().to_owned()).await;
+    assert!(!stale.exists(), "a lease file no sandbox holds was kept");
+    let id = sandbox(&b).await;
+    // The host's kernel command line (boot options, sometimes more) is not the sandbox's
+    // business.
+    assert!(!std::fs::read("/proc/cmdline").unwrap().is_empty());
+    let o = py(&b, &id, "len(open('/proc/cmdline', 'rb').read())").await;
+    assert_eq!(value(&o).as_deref(), Some("0"), "{o:?}");
+    // Nothing other users of the host can list carries the sandbox's id.
+    let diag = b.diagnostics(&id).await.unwrap();
+    let secret = id.as_str().trim_start_matches("sbx_");
+    for dir in &diag.cgroup_paths {
+        assert!(
+            !dir.display().to_string().contains(secret),
+            "cgroup {} is named after the sandbox",
+            dir.display()
+        );
+    }
+    if b.host().cgroups().is_ok() {
+        assert!(!diag.cgroup_paths.is_empty());
+    }
+    let uids = state.path().join("uids");
+    let lease = diag.host_uid.map(|u| uids.join(u.to_string()));
+    if let Some(lease) = &lease {
+        assert!(lease.exists(), "no lease file while the sandbox lives");
+    }
+    b.close(&id).await.unwrap();
+    if let Some(lease) = &lease {
+        assert!(!lease.exists(), "the closed sandbox's lease file was kept");
+    }
+    let mut names = Vec::new();
+    visit(state.path(), &mut names);
+    assert!(
+        names.iter().all(|n| !n.contains(secret)),
+        "the state directory names the sandbox: {names:?}"
+    );
+}
+
+/// Every path under `dir`.
+fn visit(dir: &std::path::Path, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        out.push(e.path().display().to_string());
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            visit(&e.path(), out);
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_hundred_sandboxes_at_once() {
     let b = backend_with(|c| c.max_sandboxes = 100).await;
     let t = Instant::now();

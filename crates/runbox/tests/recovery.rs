@@ -317,6 +317,11 @@ async fn a_restart_after_kill_9_leaves_nothing_behind() {
     assert!(!record.exists());
     for uid in &uids {
         assert!(!lease_held(state.path(), *uid), "uid {uid} still leased");
+        let file = state.path().join("uids").join(uid.to_string());
+        assert!(
+            !file.exists(),
+            "the dead server's lease file {file:?} was kept"
+        );
     }
 
     // And the new servers work.
@@ -338,6 +343,14 @@ async fn a_restart_after_kill_9_leaves_nothing_behind() {
         .map(|e| e.file_name())
         .collect();
     assert!(records.is_empty(), "{records:?}");
+    // Nor any lease file: each went with its sandbox.
+    let leases: Vec<_> = fs::read_dir(state.path().join("uids"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(leases.is_empty(), "{leases:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
