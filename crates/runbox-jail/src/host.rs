@@ -66,6 +66,8 @@ impl Default for JailHostConfig {
 
 impl JailHostConfig {
     /// `/run/runbox` for root; `$XDG_RUNTIME_DIR/runbox` or `/tmp/runbox-<uid>` otherwise.
+    /// The last one is only used if it is a directory of this user's own (another user could
+    /// make it first): [`JailHost::new`] refuses it otherwise, saying what to do.
     pub fn default_state_dir() -> PathBuf {
         let uid = nix::unistd::geteuid();
         if uid.is_root() {
@@ -114,18 +116,11 @@ impl JailHost {
     /// without closing their sandboxes left behind (logged; see [`JailHost::recovered`]).
     /// Blocks while leftover processes die (at most a few seconds, usually nothing to do).
     pub fn new(config: JailHostConfig) -> Result<Self, JailError> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let state_err = |source| JailError::StateDir {
             path: config.state_dir.clone(),
             source,
         };
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&config.state_dir)
-            .map_err(state_err)?;
-        std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(state_err)?;
+        crate::state::prepare(&config.state_dir)?;
         let root_mountpoint = config.state_dir.join("root");
         std::fs::create_dir_all(&root_mountpoint).map_err(state_err)?;
         let uids = if nix::unistd::geteuid().is_root() {

@@ -30,6 +30,7 @@ pub mod probe;
 pub mod proto;
 mod recovery;
 mod report;
+mod state;
 mod sys;
 mod uid;
 
