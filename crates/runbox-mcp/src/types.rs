@@ -432,7 +432,8 @@ pub struct LifecycleOutput {
     pub sandbox_id: String,
     /// running or paused.
     pub state: String,
-    /// When it closes if left idle (RFC 3339); while paused, the clock stands still.
+    /// When it closes if left idle (RFC 3339); while paused, when it closes unless resumed
+    /// (the idle clock stands still, the server's pause timeout does not).
     pub expires_at: String,
     /// Idle life in seconds.
     pub timeout_seconds: f64,
