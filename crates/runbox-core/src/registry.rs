@@ -1238,6 +1238,7 @@ mod tests {
                 state: SandboxState::Running,
                 created_at: SystemTime::now(),
                 limits: Limits::default(),
+                enforced: crate::EnforcedLimits::default(),
                 memory_bytes: None,
                 cpu_seconds: None,
                 pids: None,

@@ -91,6 +91,23 @@ impl SandboxDetail {
             limits.workspace_mb = mb;
         }
     }
+
+    /// The limits the provider's VM enforces, as far as it says: its memory and its CPUs,
+    /// each for the whole sandbox.
+    pub(crate) fn enforced(&self) -> runbox_core::EnforcedLimits {
+        runbox_core::EnforcedLimits {
+            memory: self
+                .memory_mb
+                .filter(|m| *m > 0)
+                .map(|mb| runbox_core::Enforced {
+                    value: mb.saturating_mul(1 << 20),
+                    per: runbox_core::Scope::Sandbox,
+                    by: "the provider's virtual machine".to_owned(),
+                }),
+            processes: None,
+            cpus: self.cpu_count.filter(|c| *c > 0.0),
+        }
+    }
 }
 
 /// The create body, modern E2B and Novita.

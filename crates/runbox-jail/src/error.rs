@@ -32,6 +32,14 @@ pub enum JailError {
         /// What is wrong with it.
         problem: String,
     },
+    /// Cgroups are required and this host offers none to this user.
+    #[error(
+        "cgroups are unavailable: {0}. Without them a sandbox's memory is capped only per \
+         process (RLIMIT_DATA: many processes may each use the limit) and its CPU not at all. \
+         Give runbox a cgroup subtree of its own (as root, or delegated to this user and named \
+         with --cgroup-parent), or pass --no-cgroups to run with per-process limits only"
+    )]
+    NoCgroups(crate::cgroup::CgroupUnavailable),
     /// The init binary could not be started.
     #[error("cannot start the sandbox init {}: {source}", exe.display())]
     SpawnInit {

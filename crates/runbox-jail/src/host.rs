@@ -31,6 +31,20 @@ use crate::uid::{DEFAULT_UID_BASE, DEFAULT_UID_COUNT, UidLease, UidPool};
 /// The uid (and gid) sandbox processes have inside a user namespace (rootless mode).
 pub const USERNS_UID: u32 = 1000;
 
+/// Whether sandboxes get cgroups: without them nothing caps a sandbox's memory as a whole
+/// (only each process's, with rlimits) nor its CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CgroupMode {
+    /// Use cgroups; refuse to start without them ([`JailError::NoCgroups`]).
+    #[default]
+    Required,
+    /// Use cgroups when this host offers them, rlimits alone otherwise (`runbox doctor`,
+    /// tests on hosts without a delegated subtree).
+    IfAvailable,
+    /// Never use cgroups: the operator chose per-process limits (`--no-cgroups`).
+    Disabled,
+}
+
 /// Host-wide settings of the jail.
 #[derive(Debug, Clone)]
 pub struct JailHostConfig {
@@ -43,6 +57,8 @@ pub struct JailHostConfig {
     /// Parent cgroup, relative to each hierarchy's root, instead of the server's own group
     /// (for a subtree delegated to a non-root user).
     pub cgroup_parent: Option<PathBuf>,
+    /// Whether sandboxes must, may or must not get cgroups.
+    pub cgroups: CgroupMode,
     /// First host uid handed to sandboxes when running as root.
     pub uid_base: u32,
     /// How many uids from `uid_base` may be used.
@@ -57,6 +73,7 @@ impl Default for JailHostConfig {
             init_exe: PathBuf::from("/proc/self/exe"),
             state_dir: Self::default_state_dir(),
             cgroup_parent: None,
+            cgroups: CgroupMode::default(),
             uid_base: DEFAULT_UID_BASE,
             uid_count: DEFAULT_UID_COUNT,
             setup_timeout: Duration::from_secs(10),
@@ -135,7 +152,15 @@ impl JailHost {
         } else {
             None
         };
-        let cgroups = Cgroups::detect(config.cgroup_parent.as_deref());
+        let cgroups = match config.cgroups {
+            CgroupMode::Disabled => Err(CgroupUnavailable("--no-cgroups was given".into())),
+            CgroupMode::Required | CgroupMode::IfAvailable => {
+                Cgroups::detect(config.cgroup_parent.as_deref())
+            }
+        };
+        if let (CgroupMode::Required, Err(e)) = (config.cgroups, &cgroups) {
+            return Err(JailError::NoCgroups(e.clone()));
+        }
         // Registered before looking at others, so a server starting meanwhile sees this one
         // alive; and before the first sandbox, whose group carries the owner's token.
         let records = config.state_dir.join(RECORDS);
@@ -671,6 +696,11 @@ impl Jail {
     pub async fn ended(&self) {
         let mut rx = self.shared.ended.subscribe();
         let _ = rx.wait_for(|e| *e).await;
+    }
+
+    /// The sandbox's cgroup, if it has one.
+    pub fn cgroup(&self) -> Option<&SandboxCgroup> {
+        self.cgroup.as_ref()
     }
 
     /// Resource use, from the cgroup layer (empty without cgroups).

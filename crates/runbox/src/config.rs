@@ -259,6 +259,7 @@ struct FileConfig {
     bash: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     cgroup_parent: Option<PathBuf>,
+    no_cgroups: Option<bool>,
 }
 
 /// The e2b backend's settings, as flags (`serve` and `doctor`). `Debug` never shows the key.
@@ -840,6 +841,7 @@ impl ServeConfig {
         engine.bash = engine.bash.or(file.bash);
         engine.state_dir = engine.state_dir.or(file.state_dir);
         engine.cgroup_parent = engine.cgroup_parent.or(file.cgroup_parent);
+        engine.no_cgroups = engine.no_cgroups || file.no_cgroups.unwrap_or(false);
 
         Ok(Self {
             transport,
@@ -1101,6 +1103,28 @@ mod tests {
             let e = resolve(&["--stdio", zero, "0"]).unwrap_err().to_string();
             assert!(e.contains("at least 1"), "{zero}: {e}");
         }
+    }
+
+    #[test]
+    fn no_cgroups_comes_from_the_flag_or_the_file() {
+        if std::env::var_os("RUNBOX_NO_CGROUPS").is_none() {
+            assert!(!resolve(&["--stdio"]).unwrap().engine.no_cgroups);
+        }
+        assert!(
+            resolve(&["--stdio", "--no-cgroups"])
+                .unwrap()
+                .engine
+                .no_cgroups
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(&path, "stdio = true\nno_cgroups = true\n").unwrap();
+        let c = resolve(&["--config", path.to_str().unwrap()]).unwrap();
+        assert!(c.engine.no_cgroups);
+        assert_eq!(
+            c.engine.local_config(Limits::default()).jail.cgroups,
+            runbox_jail::CgroupMode::Disabled
+        );
     }
 
     #[test]

@@ -282,6 +282,7 @@ fn doctor_reports_every_layer_and_passes() {
         "capabilities",
         "no_new_privs",
         "rlimits",
+        "limits in force",
         "seen from inside",
         "python kernel",
         "javascript kernel",
@@ -310,4 +311,38 @@ fn doctor_fails_with_the_reason_when_sandboxes_cannot_run() {
     assert!(out.contains("FAIL"), "{out}");
     assert!(out.contains("sandboxes cannot run"), "{out}");
     assert!(out.contains("runbox-cannot-be-here"), "{out}");
+}
+
+#[test]
+fn doctor_says_which_limits_hold_without_cgroups() {
+    // A cgroup parent that cannot be (a file's child): no cgroups, whoever runs this.
+    let without = ["doctor", "--cgroup-parent", "/cgroup.procs/runbox"];
+    let o = runbox()
+        .env_remove("RUNBOX_NO_CGROUPS")
+        .args(without)
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("FAIL") && l.contains("cgroups"))
+        .unwrap_or_else(|| panic!("no FAIL line for cgroups:\n{out}"));
+    assert!(line.contains("--no-cgroups"), "{line}");
+    // The operator's choice: sandboxes run, and doctor says what holds and what does not.
+    let o = runbox().args(without).arg("--no-cgroups").output().unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    let line = out
+        .lines()
+        .find(|l| l.contains("limits in force"))
+        .unwrap_or_else(|| panic!("no limits line:\n{out}"));
+    for needle in [
+        "warn",
+        "memory 1024 MiB per process (RLIMIT_DATA",
+        "256 processes per sandbox (RLIMIT_NPROC)",
+        "CPU not limited",
+    ] {
+        assert!(line.contains(needle), "no {needle:?} in: {line}");
+    }
 }
