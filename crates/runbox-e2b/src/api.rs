@@ -382,6 +382,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_sandbox_enforces_what_its_provider_says_and_nothing_more() {
+        let detail: SandboxDetail =
+            serde_json::from_value(serde_json::json!({"cpuCount": 2, "memoryMB": 512})).unwrap();
+        let e = detail.enforced();
+        assert_eq!(e.sandbox_memory_bytes(), Some(512 << 20));
+        assert_eq!(e.cpus, Some(2.0));
+        assert_eq!(e.processes, None);
+        let silent: SandboxDetail = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(silent.enforced(), runbox_core::EnforcedLimits::default());
+    }
+
+    #[test]
     fn ids_are_one_encoded_path_segment() {
         assert_eq!(Api::sandbox_path("sbx1", "/pause"), "/sandboxes/sbx1/pause");
         assert_eq!(
