@@ -562,7 +562,8 @@ impl RunboxServer {
 
     #[tool(
         description = "Get a sandbox's state, creation and expiry times, memory and CPU used, \
-                       processes and running kernels.",
+                       processes, running kernels, and which limits actually hold \
+                       (enforced_limits).",
         output_schema = schema_for_output::<SandboxStatusOutput>(),
         annotations(title = "Sandbox status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
