@@ -37,10 +37,13 @@ pub enum EventKind {
     /// It was created for its owner (`create_sandbox`; a one-shot run's sandbox is not
     /// announced).
     Created,
-    /// It stayed idle for its whole timeout and was closed.
+    /// It stayed idle for its whole idle timeout, or paused for the server's whole pause
+    /// timeout, and was closed.
     Expired {
-        /// Its idle timeout.
-        idle_timeout: Duration,
+        /// The timeout that ran out.
+        after: Duration,
+        /// Whether it was paused (the pause timeout ran out, not the idle timeout).
+        paused: bool,
     },
     /// A kernel had to be killed and started afresh during a run: its state was lost.
     KernelRestarted {
@@ -79,10 +82,11 @@ impl SandboxEvent {
         let id = &self.sandbox_id;
         match &self.kind {
             EventKind::Created => format!("sandbox {id} was created"),
-            EventKind::Expired { idle_timeout } => format!(
-                "sandbox {id} expired after {} s idle and was closed; create a new one with \
+            EventKind::Expired { after, paused } => format!(
+                "sandbox {id} expired after {} s {} and was closed; create a new one with \
                  create_sandbox",
-                idle_timeout.as_secs()
+                after.as_secs(),
+                if *paused { "paused" } else { "idle" }
             ),
             EventKind::KernelRestarted { language } => format!(
                 "the {language} kernel of sandbox {id} did not stop when interrupted and was \
@@ -135,9 +139,15 @@ mod tests {
              evil.example is not on the allowlist"
         );
         let expired = e(EventKind::Expired {
-            idle_timeout: Duration::from_secs(900),
+            after: Duration::from_secs(900),
+            paused: false,
         });
         assert!(expired.message().contains("after 900 s idle"));
+        let paused = e(EventKind::Expired {
+            after: Duration::from_secs(3600),
+            paused: true,
+        });
+        assert!(paused.message().contains("after 3600 s paused"));
         assert!(
             e(EventKind::KernelRestarted {
                 language: Language::Python

@@ -38,7 +38,7 @@ pub use exec::{
     OutputChunk, OutputSink, OutputStream, PackageManager, RichResult,
 };
 pub use files::{Changes, FileContent, FileEntry, FileKind, FileWritten, Listing, changes};
-pub use limits::{Limits, LimitsError};
+pub use limits::{Enforced, EnforcedLimits, Limits, LimitsError, Scope};
 pub use process::{ProcessId, ProcessInfo, ProcessOutput};
 pub use quota::{Limit, QuotaLookup, Quotas, TenantQuota};
 pub use registry::{

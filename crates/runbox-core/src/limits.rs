@@ -41,6 +41,73 @@ impl Default for Limits {
     }
 }
 
+/// What part of a sandbox one enforced limit applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Every process of the sandbox together.
+    Sandbox,
+    /// Each process on its own: a sandbox of many processes may use many times the limit.
+    Process,
+}
+
+/// One limit that holds in a sandbox: its value, what it applies to, and what enforces it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enforced {
+    /// The value (bytes for memory, a count for processes).
+    pub value: u64,
+    /// What it applies to.
+    pub per: Scope,
+    /// What enforces it, in a few words (`cgroup memory.max`, `RLIMIT_DATA`, ...).
+    pub by: String,
+}
+
+/// The limits that actually hold in one sandbox, as far as its backend enforces
+/// [`Limits`]: `None` where nothing does. Reported by status; never more than is true.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EnforcedLimits {
+    /// Memory, in bytes.
+    pub memory: Option<Enforced>,
+    /// Processes and threads alive at once.
+    pub processes: Option<Enforced>,
+    /// CPU time per wall-clock second, in cores, for the whole sandbox.
+    pub cpus: Option<f64>,
+}
+
+/// In words: `memory 1024 MiB per sandbox (cgroup memory, swap included), 256 processes per
+/// sandbox (cgroup pids), CPU 1 core`.
+impl std::fmt::Display for EnforcedLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per = |e: &Enforced| match e.per {
+            Scope::Sandbox => format!("per sandbox ({})", e.by),
+            Scope::Process => format!("per process ({}; none for the sandbox as a whole)", e.by),
+        };
+        match &self.memory {
+            Some(m) => write!(f, "memory {} MiB {}", m.value >> 20, per(m))?,
+            None => f.write_str("memory not limited")?,
+        }
+        match &self.processes {
+            Some(p) => write!(f, ", {} processes {}", p.value, per(p))?,
+            None => f.write_str(", processes not limited")?,
+        }
+        match self.cpus {
+            Some(c) if (c - 1.0).abs() < f64::EPSILON => f.write_str(", CPU 1 core"),
+            Some(c) => write!(f, ", CPU {c} cores"),
+            None => f.write_str(", CPU not limited"),
+        }
+    }
+}
+
+impl EnforcedLimits {
+    /// The memory limit of the sandbox as a whole, if one holds.
+    pub fn sandbox_memory_bytes(&self) -> Option<u64> {
+        self.memory
+            .as_ref()
+            .filter(|m| m.per == Scope::Sandbox)
+            .map(|m| m.value)
+    }
+}
+
 /// A limit outside the range runbox can honour.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("limit {field} = {value} is out of range: {expected}")]

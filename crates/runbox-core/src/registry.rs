@@ -4,16 +4,17 @@
 //! Front ends talk to the registry, never to a backend directly, so ownership and expiry are
 //! enforced in one place whatever the backend. A sandbox belongs to the tenant that created
 //! it; asking for another tenant's sandbox fails exactly as asking for one that never
-//! existed. A sandbox expires when it has been idle (no run in progress) for its timeout; the
-//! reaper closes it. The pool keeps fresh sandboxes with a warm Python kernel; one taken from
+//! existed. A sandbox expires when it has been idle (no run in progress) for its timeout, or
+//! paused for longer than the server's pause timeout; the reaper closes it. The pool keeps fresh sandboxes with a warm Python kernel; one taken from
 //! the pool serves one owner and is closed, never returned, when that owner is done.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
@@ -35,6 +36,10 @@ pub struct RegistryConfig {
     pub default_idle_timeout: Duration,
     /// Longest idle life a creator may ask for.
     pub max_idle_timeout: Duration,
+    /// Longest a sandbox may stay paused: then it is closed, as an idle one is. A paused
+    /// sandbox holds its memory while its idle clock stands still, so without this a tenant
+    /// could pause sandboxes and keep them (and their places in every quota) for ever.
+    pub pause_timeout: Duration,
     /// Fresh sandboxes kept ready (0: no pool).
     pub pool_size: usize,
     /// How often expired sandboxes are looked for.
@@ -57,6 +62,7 @@ impl std::fmt::Debug for RegistryConfig {
         f.debug_struct("RegistryConfig")
             .field("default_idle_timeout", &self.default_idle_timeout)
             .field("max_idle_timeout", &self.max_idle_timeout)
+            .field("pause_timeout", &self.pause_timeout)
             .field("pool_size", &self.pool_size)
             .field("reap_interval", &self.reap_interval)
             .field("track_changes", &self.track_changes)
@@ -72,6 +78,7 @@ impl Default for RegistryConfig {
         Self {
             default_idle_timeout: Duration::from_secs(900),
             max_idle_timeout: Duration::from_secs(24 * 3600),
+            pause_timeout: Duration::from_secs(3600),
             pool_size: 0,
             reap_interval: Duration::from_secs(1),
             track_changes: true,
@@ -153,7 +160,8 @@ pub struct SandboxView {
     pub state: SandboxState,
     /// When it was created.
     pub created_at: SystemTime,
-    /// When it will expire if it stays idle (a run in progress keeps it alive).
+    /// When it will expire if it stays idle (a run in progress keeps it alive), or, paused,
+    /// when it is closed unless resumed first.
     pub expires_at: SystemTime,
     /// Its idle life.
     pub idle_timeout: Duration,
@@ -175,6 +183,9 @@ struct Entry {
     languages: Vec<Language>,
     /// Since when it is paused: its idle clock stands still meanwhile.
     paused_at: Option<Instant>,
+    /// While paused: when it is closed unless resumed first (a new idle timeout does not
+    /// move it).
+    pause_deadline: Option<Instant>,
     /// /workspace as the last run left it: the next run's "before" when nothing wrote in
     /// between through the registry (write_file clears it), saving a snapshot per run.
     workspace: Option<Listing>,
@@ -186,10 +197,10 @@ impl Entry {
             Some(at) => at.saturating_duration_since(self.last_used),
             None => self.last_used.elapsed(),
         };
-        let left = if self.busy > 0 {
-            self.idle_timeout
-        } else {
-            self.idle_timeout.saturating_sub(idle)
+        let left = match self.pause_deadline {
+            Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+            None if self.busy > 0 => self.idle_timeout,
+            None => self.idle_timeout.saturating_sub(idle),
         };
         SandboxView {
             id: id.clone(),
@@ -206,8 +217,20 @@ impl Entry {
         }
     }
 
-    fn expired(&self) -> bool {
-        self.busy == 0 && self.paused_at.is_none() && self.last_used.elapsed() >= self.idle_timeout
+    /// Whether it is to be closed now, and why.
+    fn expired(&self) -> Option<&'static str> {
+        if self.busy > 0 {
+            return None;
+        }
+        match (self.paused_at, self.pause_deadline) {
+            (Some(_), Some(deadline)) => {
+                (Instant::now() >= deadline).then_some("paused past the pause timeout")
+            }
+            (Some(_), None) => None,
+            (None, _) => {
+                (self.last_used.elapsed() >= self.idle_timeout).then_some("idle past its timeout")
+            }
+        }
     }
 }
 
@@ -557,6 +580,7 @@ impl Registry {
             limits: info.limits.clone(),
             languages: info.languages.clone(),
             paused_at: None,
+            pause_deadline: None,
             workspace: None,
         };
         let view = entry.view(&info.id);
@@ -867,7 +891,9 @@ impl Registry {
                         )));
                     }
                     // Marked first, so no run starts while the backend freezes it.
-                    e.paused_at = Some(Instant::now());
+                    let now = Instant::now();
+                    e.paused_at = Some(now);
+                    e.pause_deadline = Some(now + self.config.pause_timeout);
                 }
                 _ => return Err(Error::not_found(id)),
             }
@@ -881,6 +907,7 @@ impl Registry {
             .ok_or_else(|| Error::not_found(id))?;
         if let Err(err) = r {
             e.paused_at = None;
+            e.pause_deadline = None;
             return Err(err);
         }
         Ok(e.view(id))
@@ -904,6 +931,7 @@ impl Registry {
         if let Some(at) = e.paused_at.take() {
             e.last_used += at.elapsed();
         }
+        e.pause_deadline = None;
         Ok(e.view(id))
     }
 
@@ -1025,27 +1053,32 @@ impl Registry {
         c
     }
 
-    /// Closes every expired sandbox; returns how many.
+    /// Closes every expired sandbox (idle past its timeout, or paused past the pause
+    /// timeout); returns how many.
     pub async fn reap(&self) -> usize {
-        let expired: Vec<(SandboxId, Entry)> = {
+        let expired: Vec<(SandboxId, Entry, &'static str)> = {
             let mut inner = self.lock();
-            let ids: Vec<SandboxId> = inner
+            let ids: Vec<(SandboxId, &'static str)> = inner
                 .entries
                 .iter()
-                .filter(|(_, e)| e.expired())
-                .map(|(id, _)| id.clone())
+                .filter_map(|(id, e)| Some((id.clone(), e.expired()?)))
                 .collect();
             ids.into_iter()
-                .filter_map(|id| inner.entries.remove(&id).map(|e| (id, e)))
+                .filter_map(|(id, why)| inner.entries.remove(&id).map(|e| (id, e, why)))
                 .collect()
         };
-        for (id, entry) in &expired {
-            tracing::info!(sandbox = %id, "sandbox expired after its idle timeout; closing it");
+        for (id, entry, why) in &expired {
+            tracing::info!(sandbox = %id, "sandbox expired ({why}); closing it");
             if let Err(e) = self.backend.close(id).await {
                 tracing::debug!(sandbox = %id, "closing an expired sandbox: {e}");
             }
-            let idle_timeout = entry.idle_timeout;
-            self.publish(&entry.owner, id, EventKind::Expired { idle_timeout });
+            let paused = entry.paused_at.is_some();
+            let after = if paused {
+                self.config.pause_timeout
+            } else {
+                entry.idle_timeout
+            };
+            self.publish(&entry.owner, id, EventKind::Expired { after, paused });
         }
         expired.len()
     }
@@ -1284,6 +1317,7 @@ mod tests {
                 state: SandboxState::Running,
                 created_at: SystemTime::now(),
                 limits: Limits::default(),
+                enforced: crate::EnforcedLimits::default(),
                 memory_bytes: None,
                 cpu_seconds: None,
                 pids: None,
@@ -1407,6 +1441,63 @@ mod tests {
         busy.await.unwrap().unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(r.reap().await, 1, "the resumed sandbox did not expire");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn paused_sandboxes_count_in_every_quota_and_close_after_the_pause_timeout() {
+        let (fake, r) = registry(RegistryConfig {
+            pause_timeout: Duration::from_secs(600),
+            quotas: Quotas {
+                max_sandboxes: Some(3),
+                per_tenant: crate::TenantQuota {
+                    max_sandboxes: Some(2),
+                    max_concurrent_runs: None,
+                },
+                ..Quotas::default()
+            },
+            ..Default::default()
+        });
+        let (a1, _) = r.create("a", CreateRequest::default()).await.unwrap();
+        let (a2, _) = r.create("a", CreateRequest::default()).await.unwrap();
+        let paused = r.pause("a", &a1.id).await.unwrap();
+        r.pause("a", &a2.id).await.unwrap();
+        let left = paused
+            .expires_at
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        assert!(
+            left > Duration::from_secs(590) && left <= Duration::from_secs(600),
+            "a paused sandbox closes at the pause timeout: {left:?} left"
+        );
+        // Paused, they still hold their places: in their tenant's quota ...
+        let e = r.create("a", CreateRequest::default()).await.unwrap_err();
+        assert_eq!(quota_of(&e), Some(Limit::TenantSandboxes), "{e}");
+        // ... and in the server's.
+        let (b, _) = r.create("b", CreateRequest::default()).await.unwrap();
+        let e = r.create("b", CreateRequest::default()).await.unwrap_err();
+        assert_eq!(quota_of(&e), Some(Limit::Sandboxes), "{e}");
+        // A longer idle timeout, or pausing again, does not move the pause deadline.
+        r.set_timeout("a", &a1.id, Duration::from_secs(24 * 3600))
+            .await
+            .unwrap();
+        r.pause("a", &a1.id).await.unwrap();
+        tokio::time::advance(Duration::from_secs(599)).await;
+        assert_eq!(r.reap().await, 0, "closed before the pause timeout");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(r.reap().await, 2, "paused past the pause timeout, yet kept");
+        let live = fake.live.lock().unwrap().clone();
+        assert!(!live.contains(&a1.id) && !live.contains(&a2.id), "{live:?}");
+        assert!(live.contains(&b.id), "the idle one (900 s) went too");
+        // Their places are free again. Resumed before the reaper came by, a sandbox paused
+        // past the timeout runs on, with its idle clock where it stopped.
+        let (d, _) = r.create("a", CreateRequest::default()).await.unwrap();
+        r.pause("a", &d.id).await.unwrap();
+        tokio::time::advance(Duration::from_secs(700)).await;
+        let resumed = r.resume("a", &d.id).await.unwrap();
+        assert_eq!(resumed.state, SandboxState::Running);
+        assert_eq!(r.reap().await, 1, "only b, idle for 1301 s, expires");
+        let live = fake.live.lock().unwrap().clone();
+        assert!(live.contains(&d.id) && !live.contains(&b.id), "{live:?}");
     }
 
     #[tokio::test]
@@ -1790,7 +1881,8 @@ mod tests {
                     "alice".into(),
                     a.id.clone(),
                     EventKind::Expired {
-                        idle_timeout: Duration::from_millis(30)
+                        after: Duration::from_millis(30),
+                        paused: false,
                     }
                 ),
             ]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::credential::Credential;
 use crate::exec::Language;
-use crate::limits::Limits;
+use crate::limits::{EnforcedLimits, Limits};
 use crate::process::ProcessInfo;
 
 /// A sandbox id: issued by the backend, unguessable, stable for the sandbox's life.
@@ -131,8 +131,11 @@ pub struct SandboxStatus {
     pub state: SandboxState,
     /// When it was created.
     pub created_at: SystemTime,
-    /// The limits in force.
+    /// The limits asked for.
     pub limits: Limits,
+    /// Those of them that actually hold, and how.
+    #[serde(default)]
+    pub enforced: EnforcedLimits,
     /// Memory in use now, in bytes, when the backend can measure it.
     pub memory_bytes: Option<u64>,
     /// CPU time used so far by all its processes, in seconds, when measurable.

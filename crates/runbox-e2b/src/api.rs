@@ -91,6 +91,23 @@ impl SandboxDetail {
             limits.workspace_mb = mb;
         }
     }
+
+    /// The limits the provider's VM enforces, as far as it says: its memory and its CPUs,
+    /// each for the whole sandbox.
+    pub(crate) fn enforced(&self) -> runbox_core::EnforcedLimits {
+        runbox_core::EnforcedLimits {
+            memory: self
+                .memory_mb
+                .filter(|m| *m > 0)
+                .map(|mb| runbox_core::Enforced {
+                    value: mb.saturating_mul(1 << 20),
+                    per: runbox_core::Scope::Sandbox,
+                    by: "the provider's virtual machine".to_owned(),
+                }),
+            processes: None,
+            cpus: self.cpu_count.filter(|c| *c > 0.0),
+        }
+    }
 }
 
 /// The create body, modern E2B and Novita.
@@ -363,6 +380,18 @@ impl Api {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sandbox_enforces_what_its_provider_says_and_nothing_more() {
+        let detail: SandboxDetail =
+            serde_json::from_value(serde_json::json!({"cpuCount": 2, "memoryMB": 512})).unwrap();
+        let e = detail.enforced();
+        assert_eq!(e.sandbox_memory_bytes(), Some(512 << 20));
+        assert_eq!(e.cpus, Some(2.0));
+        assert_eq!(e.processes, None);
+        let silent: SandboxDetail = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(silent.enforced(), runbox_core::EnforcedLimits::default());
+    }
 
     #[test]
     fn ids_are_one_encoded_path_segment() {

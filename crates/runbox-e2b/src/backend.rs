@@ -1052,6 +1052,7 @@ impl Backend for E2bBackend {
             state,
             created_at: live.created_at,
             limits,
+            enforced: detail.enforced(),
             memory_bytes: None,
             cpu_seconds: None,
             pids: None,

@@ -351,6 +351,21 @@ impl SandboxCgroup {
             .map(|(_, p)| p.as_path())
     }
 
+    /// Whether the group has `controller` (its limit holds).
+    pub fn has(&self, controller: Controller) -> bool {
+        self.dir(controller).is_some()
+    }
+
+    /// Whether its memory limit includes swap (on v1 only with swap accounting).
+    pub fn limits_swap(&self) -> bool {
+        match self.version {
+            CgroupVersion::V2 => self.has(Controller::Memory),
+            CgroupVersion::V1 => self
+                .dir(Controller::Memory)
+                .is_some_and(|d| d.join("memory.memsw.limit_in_bytes").exists()),
+        }
+    }
+
     /// Every directory of the group (one per hierarchy on v1).
     pub fn paths(&self) -> Vec<&Path> {
         let mut v: Vec<&Path> = self.dirs.iter().map(|(_, p)| p.as_path()).collect();

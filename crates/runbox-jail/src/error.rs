@@ -18,6 +18,28 @@ pub enum JailError {
         /// Why.
         source: io::Error,
     },
+    /// The state directory is one another user could have made or may reach.
+    #[error(
+        "state directory {} {problem}: another user may have made it first, to see or steer \
+         what runbox does. Remove it if it is not yours (or make it a directory of your own \
+         with mode 0700), or choose another: --state-dir DIR, or XDG_RUNTIME_DIR set to a \
+         private directory",
+        path.display()
+    )]
+    StateDirRefused {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// Cgroups are required and this host offers none to this user.
+    #[error(
+        "cgroups are unavailable: {0}. Without them a sandbox's memory is capped only per \
+         process (RLIMIT_DATA: many processes may each use the limit) and its CPU not at all. \
+         Give runbox a cgroup subtree of its own (as root, or delegated to this user and named \
+         with --cgroup-parent), or pass --no-cgroups to run with per-process limits only"
+    )]
+    NoCgroups(crate::cgroup::CgroupUnavailable),
     /// The init binary could not be started.
     #[error("cannot start the sandbox init {}: {source}", exe.display())]
     SpawnInit {

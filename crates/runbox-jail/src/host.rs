@@ -31,6 +31,20 @@ use crate::uid::{DEFAULT_UID_BASE, DEFAULT_UID_COUNT, UidLease, UidPool};
 /// The uid (and gid) sandbox processes have inside a user namespace (rootless mode).
 pub const USERNS_UID: u32 = 1000;
 
+/// Whether sandboxes get cgroups: without them nothing caps a sandbox's memory as a whole
+/// (only each process's, with rlimits) nor its CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CgroupMode {
+    /// Use cgroups; refuse to start without them ([`JailError::NoCgroups`]).
+    #[default]
+    Required,
+    /// Use cgroups when this host offers them, rlimits alone otherwise (`runbox doctor`,
+    /// tests on hosts without a delegated subtree).
+    IfAvailable,
+    /// Never use cgroups: the operator chose per-process limits (`--no-cgroups`).
+    Disabled,
+}
+
 /// Host-wide settings of the jail.
 #[derive(Debug, Clone)]
 pub struct JailHostConfig {
@@ -43,6 +57,8 @@ pub struct JailHostConfig {
     /// Parent cgroup, relative to each hierarchy's root, instead of the server's own group
     /// (for a subtree delegated to a non-root user).
     pub cgroup_parent: Option<PathBuf>,
+    /// Whether sandboxes must, may or must not get cgroups.
+    pub cgroups: CgroupMode,
     /// First host uid handed to sandboxes when running as root.
     pub uid_base: u32,
     /// How many uids from `uid_base` may be used.
@@ -57,6 +73,7 @@ impl Default for JailHostConfig {
             init_exe: PathBuf::from("/proc/self/exe"),
             state_dir: Self::default_state_dir(),
             cgroup_parent: None,
+            cgroups: CgroupMode::default(),
             uid_base: DEFAULT_UID_BASE,
             uid_count: DEFAULT_UID_COUNT,
             setup_timeout: Duration::from_secs(10),
@@ -66,6 +83,8 @@ impl Default for JailHostConfig {
 
 impl JailHostConfig {
     /// `/run/runbox` for root; `$XDG_RUNTIME_DIR/runbox` or `/tmp/runbox-<uid>` otherwise.
+    /// The last one is only used if it is a directory of this user's own (another user could
+    /// make it first): [`JailHost::new`] refuses it otherwise, saying what to do.
     pub fn default_state_dir() -> PathBuf {
         let uid = nix::unistd::geteuid();
         if uid.is_root() {
@@ -114,18 +133,11 @@ impl JailHost {
     /// without closing their sandboxes left behind (logged; see [`JailHost::recovered`]).
     /// Blocks while leftover processes die (at most a few seconds, usually nothing to do).
     pub fn new(config: JailHostConfig) -> Result<Self, JailError> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let state_err = |source| JailError::StateDir {
             path: config.state_dir.clone(),
             source,
         };
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&config.state_dir)
-            .map_err(state_err)?;
-        std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(state_err)?;
+        crate::state::prepare(&config.state_dir)?;
         let root_mountpoint = config.state_dir.join("root");
         std::fs::create_dir_all(&root_mountpoint).map_err(state_err)?;
         let uids = if nix::unistd::geteuid().is_root() {
@@ -140,7 +152,15 @@ impl JailHost {
         } else {
             None
         };
-        let cgroups = Cgroups::detect(config.cgroup_parent.as_deref());
+        let cgroups = match config.cgroups {
+            CgroupMode::Disabled => Err(CgroupUnavailable("--no-cgroups was given".into())),
+            CgroupMode::Required | CgroupMode::IfAvailable => {
+                Cgroups::detect(config.cgroup_parent.as_deref())
+            }
+        };
+        if let (CgroupMode::Required, Err(e)) = (config.cgroups, &cgroups) {
+            return Err(JailError::NoCgroups(e.clone()));
+        }
         // Registered before looking at others, so a server starting meanwhile sees this one
         // alive; and before the first sandbox, whose group carries the owner's token.
         let records = config.state_dir.join(RECORDS);
@@ -150,6 +170,13 @@ impl JailHost {
             .unwrap_or_default();
         let owner = Arc::new(Owner::register(&records, parents).map_err(state_err)?);
         let recovered = crate::recovery::recover(&records, &owner);
+        // After recovery: a dead server's paused sandboxes ran as the uids of those files.
+        if let Some(pool) = &uids {
+            let removed = pool.sweep();
+            if removed > 0 {
+                tracing::debug!(removed, "deleted uid lease files no sandbox holds");
+            }
+        }
         raise_open_file_limit();
         Ok(Self {
             config,
@@ -181,8 +208,9 @@ impl JailHost {
         &self.config
     }
 
-    /// Starts a sandbox named `name` (unique among live sandboxes; it names the cgroup) and
-    /// returns once its init reports every layer applied.
+    /// Starts a sandbox named `name` (in logs; its cgroup is named by a random token, so no
+    /// other user of the host learns the name) and returns once its init reports every layer
+    /// applied.
     pub async fn start(&self, name: &str, mut spec: JailSpec) -> Result<Jail, JailError> {
         let lease = match &self.uids {
             Some(pool) => Some(pool.lease().map_err(JailError::Uid)?),
@@ -199,9 +227,11 @@ impl JailHost {
             },
         };
         spec.files.extend(identity_files(&identity));
+        // Named with a token of its own, never the sandbox's name: other users of the host
+        // can list cgroup directories.
         let cgroup = match &self.cgroups {
             Ok(c) => Some(
-                c.create(&self.owner.group_name(name), spec.resources)
+                c.create(&self.owner.group_name(&opaque_token()?), spec.resources)
                     .map_err(JailError::Cgroup)?,
             ),
             Err(_) => None,
@@ -405,6 +435,13 @@ fn spawn_cleanup(cg: SandboxCgroup, owner: Arc<Owner>) {
             drop(owner);
         });
     }
+}
+
+/// 16 random hex digits.
+fn opaque_token() -> Result<String, JailError> {
+    let mut r = [0u8; 8];
+    getrandom::fill(&mut r).map_err(|e| JailError::Cgroup(io::Error::other(e.to_string())))?;
+    Ok(r.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn set_blocking(fd: BorrowedFd<'_>) -> nix::Result<()> {
@@ -659,6 +696,11 @@ impl Jail {
     pub async fn ended(&self) {
         let mut rx = self.shared.ended.subscribe();
         let _ = rx.wait_for(|e| *e).await;
+    }
+
+    /// The sandbox's cgroup, if it has one.
+    pub fn cgroup(&self) -> Option<&SandboxCgroup> {
+        self.cgroup.as_ref()
     }
 
     /// Resource use, from the cgroup layer (empty without cgroups).

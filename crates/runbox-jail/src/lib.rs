@@ -30,12 +30,13 @@ pub mod probe;
 pub mod proto;
 mod recovery;
 mod report;
+mod state;
 mod sys;
 mod uid;
 
-pub use cgroup::{CgroupLimits, CgroupVersion, Usage};
+pub use cgroup::{CgroupLimits, CgroupVersion, Controller, SandboxCgroup, Usage};
 pub use error::JailError;
-pub use host::{Jail, JailHost, JailHostConfig, Spawned, USERNS_UID};
+pub use host::{CgroupMode, Jail, JailHost, JailHostConfig, Spawned, USERNS_UID};
 pub use policy::{Bind, File, JailSpec, LandlockPolicy, Rlimits, Tmpfs};
 pub use proto::{ExitStatus, SpawnRequest};
 pub use recovery::Recovered;

@@ -89,8 +89,14 @@ pub struct Rlimits {
     pub cpu_seconds: u64,
     /// `RLIMIT_MEMLOCK`: locked memory in bytes.
     pub memlock: u64,
-    /// `RLIMIT_STACK`: main thread stack in bytes.
+    /// `RLIMIT_STACK`: main thread stack in bytes (0 = unchanged).
     pub stack: u64,
+    /// `RLIMIT_DATA`: a process's private writable memory (heap, anonymous mappings, thread
+    /// stacks) in bytes, 0 = unlimited. The memory limit of a sandbox without a cgroup: it
+    /// holds per process, not for the sandbox. (`RLIMIT_AS` would count the address space
+    /// V8 and the JVM reserve without using it.)
+    #[serde(default)]
+    pub data: u64,
 }
 
 /// The Landlock layer: what the sandbox's processes may touch even if every other layer

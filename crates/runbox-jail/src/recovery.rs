@@ -22,7 +22,8 @@
 //!   a record `<state>/servers/<token>` on which it holds an exclusive `flock` for its whole
 //!   life (and its sandboxes for theirs), listing the cgroup directories in which it makes
 //!   its sandboxes' groups;
-//! - it names each sandbox's group `<token>.<sandbox>`;
+//! - it names each sandbox's group `<token>.<random token>` (never the sandbox's id, which
+//!   other users of the host could read there);
 //! - when it starts, it tries to lock every other record. A lock it cannot take is a live
 //!   owner's. A lock it takes is a dead owner's: the kernel releases an `flock` however its
 //!   holder dies, and the lock belongs to an open file, not to a pid, so neither pid reuse
@@ -123,7 +124,7 @@ impl Owner {
         )))
     }
 
-    /// The cgroup name of sandbox `name`.
+    /// The cgroup name of a sandbox whose own part is `name`.
     pub(crate) fn group_name(&self, name: &str) -> String {
         format!("{}.{name}", self.token)
     }
@@ -143,7 +144,7 @@ impl Drop for Owner {
 }
 
 /// Whether `file` is the file at `path` now.
-fn is_at(file: &File, path: &Path) -> bool {
+pub(crate) fn is_at(file: &File, path: &Path) -> bool {
     match (file.metadata(), fs::symlink_metadata(path)) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,

@@ -5,10 +5,15 @@
 //! never signal or read another's, and `RLIMIT_NPROC` counts per sandbox. Leases are
 //! `flock`s on files in the state directory, so several runbox servers on one host never
 //! hand out the same uid, and a crashed server's leases vanish with it.
+//!
+//! A lease's file exists only while some sandbox holds it: the holder deletes it, still
+//! locked, when it lets go, and a server starting up deletes the files crashed servers left
+//! (those it can lock). Whoever locks a file checks that it is still the one at its path
+//! (not one deleted in between), so a deleted file's lock never counts as a lease.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
@@ -25,11 +30,40 @@ pub struct UidPool {
     count: u32,
 }
 
-/// A uid held for the life of one sandbox; released on drop.
+/// A uid held for the life of one sandbox; released (and its file deleted) on drop.
 #[derive(Debug)]
 pub struct UidLease {
     uid: u32,
+    path: PathBuf,
     _lock: Flock<File>,
+}
+
+impl Drop for UidLease {
+    fn drop(&mut self) {
+        // Deleted while still locked (the lock goes after this, with the field): whoever
+        // opened the file meanwhile finds it is no longer at its path once it has the lock.
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// Locks the lease file at `path` if it is free, checking that the file locked is the one
+/// at the path now; `Ok(None)` when another holds it or it was deleted meanwhile.
+fn try_lock(path: &Path, create: bool) -> io::Result<Option<Flock<File>>> {
+    let file = match OpenOptions::new()
+        .create(create)
+        .truncate(false)
+        .write(true)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if !create && e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) if crate::recovery::is_at(&lock, path) => Ok(Some(lock)),
+        Ok(_) | Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(e.into()),
+    }
 }
 
 impl UidLease {
@@ -52,6 +86,27 @@ impl UidPool {
         Ok(Self { dir, base, count })
     }
 
+    /// Deletes the lease files no one holds (left by servers that died); returns how many.
+    pub fn sweep(&self) -> usize {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name.to_str().and_then(|n| n.parse::<u32>().ok()).is_none() {
+                continue;
+            }
+            let path = e.path();
+            if let Ok(Some(_lock)) = try_lock(&path, false)
+                && fs::remove_file(&path).is_ok()
+            {
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     /// Leases a free uid.
     pub fn lease(&self) -> io::Result<UidLease> {
         let mut r = [0u8; 4];
@@ -59,15 +114,21 @@ impl UidPool {
         let start = u32::from_ne_bytes(r) % self.count;
         for i in 0..self.count {
             let uid = self.base + (start + i) % self.count;
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(self.dir.join(uid.to_string()))?;
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => return Ok(UidLease { uid, _lock: lock }),
-                Err((_, nix::errno::Errno::EWOULDBLOCK)) => continue,
-                Err((_, e)) => return Err(e.into()),
+            let path = self.dir.join(uid.to_string());
+            // A file deleted by its last holder between our open and our lock is not a
+            // lease; one more try makes a fresh one.
+            for _ in 0..2 {
+                if let Some(lock) = try_lock(&path, true)? {
+                    return Ok(UidLease {
+                        uid,
+                        path,
+                        _lock: lock,
+                    });
+                }
+                if !path.exists() {
+                    continue;
+                }
+                break;
             }
         }
         Err(io::Error::other(format!(
@@ -96,6 +157,31 @@ mod tests {
         let freed = b.uid();
         drop(b);
         assert_eq!(pool.lease().unwrap().uid(), freed);
+    }
+
+    #[test]
+    fn a_lease_file_lives_only_while_held_and_a_sweep_takes_the_unheld() {
+        let t = tempfile::tempdir().unwrap();
+        let pool = UidPool::new(t.path().to_path_buf(), 7000, 4).unwrap();
+        let a = pool.lease().unwrap();
+        let held = t.path().join(a.uid().to_string());
+        assert!(held.exists());
+        // Left by a server that died: no one holds them.
+        fs::write(t.path().join("7001"), "").unwrap();
+        fs::write(t.path().join("7002"), "").unwrap();
+        fs::write(t.path().join("notes"), "").unwrap();
+        let removed = pool.sweep();
+        assert_eq!(
+            removed,
+            usize::from(a.uid() != 7001) + usize::from(a.uid() != 7002)
+        );
+        assert!(held.exists(), "a held lease was swept");
+        assert!(t.path().join("notes").exists());
+        drop(a);
+        assert!(!held.exists(), "a released lease left its file");
+        // The pool works as before.
+        let b = pool.lease().unwrap();
+        assert!(t.path().join(b.uid().to_string()).exists());
     }
 
     #[test]

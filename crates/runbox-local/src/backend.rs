@@ -161,8 +161,14 @@ impl LocalBackend {
             Ok(c) => {
                 tracing::debug!(version = ?c.version(), controllers = ?c.controllers(), "cgroups")
             }
+            // The operator's choice is said once; a fallback (doctor, tests) is a warning.
+            Err(e) if config.jail.cgroups == runbox_jail::CgroupMode::Disabled => tracing::info!(
+                "no cgroups ({e}): each sandbox process's memory is capped by RLIMIT_DATA, a \
+                 sandbox's processes by RLIMIT_NPROC, and CPU not at all"
+            ),
             Err(e) => tracing::warn!(
-                "cgroups unavailable ({e}): memory, process and CPU limits fall back to rlimits only"
+                "no cgroups ({e}): each sandbox process's memory is capped by RLIMIT_DATA, a \
+                 sandbox's processes by RLIMIT_NPROC, and CPU not at all"
             ),
         }
         Ok(Self {
@@ -408,7 +414,11 @@ impl Backend for LocalBackend {
         let id = SandboxId::random();
         let jail = self
             .host
-            .start(id.as_str(), self.layout.spec(&limits, egress.is_some()))
+            .start(
+                id.as_str(),
+                self.layout
+                    .spec(&limits, egress.is_some(), self.host.cgroups().is_ok()),
+            )
             .await
             .map_err(|e| Error::sandbox_caused_by("could not create a sandbox", e))?;
         tracing::debug!(sandbox = %id, layers = ?jail.report(), "sandbox created");
@@ -536,6 +546,7 @@ impl Backend for LocalBackend {
             },
             created_at: sb.created_at,
             limits: sb.limits.clone(),
+            enforced: crate::layout::enforced(&sb.limits, &sb.jail),
             memory_bytes: usage.memory_bytes,
             cpu_seconds: usage.cpu_seconds,
             pids: usage.pids,

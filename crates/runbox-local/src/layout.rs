@@ -1,11 +1,14 @@
 //! The sandbox's filesystem and restrictions, as a [`JailSpec`]: what of the host is visible
 //! (read-only), which files are generated, where the kernel drivers go, and the Landlock,
-//! rlimit and cgroup settings derived from the sandbox's [`Limits`].
+//! rlimit and cgroup settings derived from the sandbox's [`Limits`]; and which of those
+//! limits then hold ([`enforced`]).
 
 use std::path::{Path, PathBuf};
 
-use runbox_core::Limits;
-use runbox_jail::{Bind, CgroupLimits, File, JailSpec, LandlockPolicy, Rlimits, Tmpfs};
+use runbox_core::{Enforced, EnforcedLimits, Limits, Scope};
+use runbox_jail::{
+    Bind, CgroupLimits, Controller, File, Jail, JailSpec, LandlockPolicy, Rlimits, Tmpfs,
+};
 
 use crate::files::{AREAS, DATA_DIR};
 use crate::runtime::Runtime;
@@ -22,6 +25,11 @@ pub(crate) const EGRESS_PORT: u16 = 3128;
 pub(crate) const PYTHON_PACKAGES: &str = "/workspace/.packages/python";
 /// The CA bundle sandboxes trust, when the host has it (`/etc/ssl` is bound read-only).
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The least `RLIMIT_DATA` a sandbox without a cgroup gets, whatever its memory limit: Node
+/// needs about 48 MiB of private writable memory to start (its threads' stacks count), and
+/// below that hangs rather than failing; Python and bash start in 16 MiB.
+pub(crate) const MIN_DATA_BYTES: u64 = 64 << 20;
 
 /// The environment of a sandbox with network access: the proxy, the host's CA bundle (so
 /// TLS works where the host's does), where installed Python packages go, and the host's
@@ -221,10 +229,11 @@ impl Layout {
         }
     }
 
-    /// The jail spec of one sandbox with `limits`.
-    /// The jail of one sandbox; with `egress`, the init listens on [`EGRESS_PORT`] for the
-    /// server's proxy, and Landlock lets the sandbox connect there.
-    pub(crate) fn spec(&self, limits: &Limits, egress: bool) -> JailSpec {
+    /// The jail of one sandbox with `limits`; with `egress`, the init listens on
+    /// [`EGRESS_PORT`] for the server's proxy, and Landlock lets the sandbox connect there.
+    /// Without a `cgroup` to cap the sandbox's memory, each of its processes gets
+    /// `RLIMIT_DATA` at the memory limit instead.
+    pub(crate) fn spec(&self, limits: &Limits, egress: bool, cgroup: bool) -> JailSpec {
         let mut tcp_ports = self.tcp_ports.clone();
         if egress {
             tcp_ports.push(EGRESS_PORT);
@@ -252,6 +261,11 @@ impl Layout {
                 cpu_seconds: 0,
                 memlock: 64 * 1024,
                 stack: 0,
+                data: if cgroup {
+                    0
+                } else {
+                    limits.memory_bytes().max(MIN_DATA_BYTES)
+                },
             },
             landlock: LandlockPolicy {
                 list: vec!["/".into()],
@@ -301,5 +315,52 @@ impl Layout {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
+    }
+}
+
+/// Which of `limits` hold in `jail`: the cgroup's where it has one (memory, processes and,
+/// with the CPU controller, CPU for the whole sandbox), else the rlimits its init applied
+/// (memory per process, processes per sandbox: its own host uid as root, its own user
+/// namespace otherwise) and no CPU limit at all.
+pub(crate) fn enforced(limits: &Limits, jail: &Jail) -> EnforcedLimits {
+    let rlimit = |name: &str| {
+        jail.report()
+            .rlimits
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+    };
+    let by = |s: &str| s.to_owned();
+    match jail.cgroup() {
+        Some(cg) => EnforcedLimits {
+            memory: cg.has(Controller::Memory).then(|| Enforced {
+                value: limits.memory_bytes(),
+                per: Scope::Sandbox,
+                by: by(if cg.limits_swap() {
+                    "cgroup memory, swap included"
+                } else {
+                    "cgroup memory (swap not counted: no swap accounting)"
+                }),
+            }),
+            processes: cg.has(Controller::Pids).then(|| Enforced {
+                value: u64::from(limits.pids),
+                per: Scope::Sandbox,
+                by: by("cgroup pids"),
+            }),
+            cpus: cg.has(Controller::Cpu).then_some(limits.cpus),
+        },
+        None => EnforcedLimits {
+            memory: rlimit("RLIMIT_DATA").map(|value| Enforced {
+                value,
+                per: Scope::Process,
+                by: by("RLIMIT_DATA"),
+            }),
+            processes: rlimit("RLIMIT_NPROC").map(|value| Enforced {
+                value,
+                per: Scope::Sandbox,
+                by: by("RLIMIT_NPROC"),
+            }),
+            cpus: None,
+        },
     }
 }

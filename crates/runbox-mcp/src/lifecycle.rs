@@ -220,7 +220,8 @@ impl RunboxServer {
     #[tool(
         description = "Pause a sandbox: every process in it is frozen (no CPU used) with its state \
                        intact, and its idle timeout stops counting. Runs are refused until \
-                       resume_sandbox; files can still be read.",
+                       resume_sandbox; files can still be read. A sandbox left paused past the \
+                       server's pause timeout (expires_at) is closed.",
         output_schema = schema_for_output::<LifecycleOutput>(),
         annotations(title = "Pause a sandbox", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -231,10 +232,17 @@ impl RunboxServer {
     ) -> CallToolResult {
         let id = SandboxId::from(args.sandbox_id);
         match self.registry().pause(&caller.tenant, &id).await {
-            Ok(view) => render::ok(
-                format!("Sandbox {id} is paused; resume it with resume_sandbox."),
-                &lifecycle(&view),
-            ),
+            Ok(view) => {
+                let out = lifecycle(&view);
+                render::ok(
+                    format!(
+                        "Sandbox {id} is paused; resume it with resume_sandbox before {}, when \
+                         it is closed.",
+                        out.expires_at
+                    ),
+                    &out,
+                )
+            }
             Err(e) => render::error(&e),
         }
     }

@@ -405,7 +405,8 @@ mod tests {
             ..event(
                 tenant,
                 EventKind::Expired {
-                    idle_timeout: Duration::from_secs(1),
+                    after: Duration::from_secs(1),
+                    paused: false,
                 },
             )
         };

@@ -38,10 +38,10 @@ use crate::resources::{self, DataCatalog, SANDBOX_FILE_TEMPLATE, Target};
 use crate::subscriptions::{Refused, Subscriptions};
 use crate::tasks::{INLINE_WAIT, Started, TASK_TOOLS, TaskSettings, Tasks};
 use crate::types::{
-    CloseSandboxOutput, CreateSandboxArgs, CreateSandboxOutput, LimitsOut, ListSandboxesOutput,
-    NetworkArg, ProcessOut, RunCodeArgs, RunCodeOutput, RunCommandArgs, RunCommandOutput,
-    SandboxArgs, SandboxStatusOutput, SandboxSummary, language_arg, run_code_output,
-    run_command_output,
+    CloseSandboxOutput, CreateSandboxArgs, CreateSandboxOutput, EnforcedLimitsOut, LimitsOut,
+    ListSandboxesOutput, NetworkArg, ProcessOut, RunCodeArgs, RunCodeOutput, RunCommandArgs,
+    RunCommandOutput, SandboxArgs, SandboxStatusOutput, SandboxSummary, language_arg,
+    run_code_output, run_command_output,
 };
 
 /// What the server needs beyond the registry.
@@ -670,7 +670,8 @@ impl RunboxServer {
 
     #[tool(
         description = "Get a sandbox's state, creation and expiry times, memory and CPU used, \
-                       processes and running kernels.",
+                       processes, running kernels, and which limits actually hold \
+                       (enforced_limits).",
         output_schema = schema_for_output::<SandboxStatusOutput>(),
         annotations(title = "Sandbox status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -691,16 +692,17 @@ impl RunboxServer {
                     timeout_seconds: view.idle_timeout.as_secs_f64(),
                     busy: view.busy > 0,
                     memory_bytes: status.memory_bytes.map(i),
-                    memory_limit_bytes: i(status.limits.memory_bytes()),
+                    memory_limit_bytes: status.enforced.sandbox_memory_bytes().map(i),
                     cpu_seconds: status.cpu_seconds,
                     processes: status.pids.map(i),
                     kernels: status.kernels.iter().map(|l| language_arg(*l)).collect(),
                     background_processes: status.processes.iter().map(ProcessOut::from).collect(),
                     limits: LimitsOut::from(&status.limits),
+                    enforced_limits: EnforcedLimitsOut::from(&status.enforced),
                 };
                 let mib = |b: i64| b as f64 / 1048576.0;
                 let text = format!(
-                    "Sandbox {}: {}{}, created {}, expires {}; memory {} of {:.0} MiB; CPU {}; processes {}; kernels: {}",
+                    "Sandbox {}: {}{}, created {}, expires {}; memory {}{}; CPU {}; processes {}; kernels: {}; limits in force: {}",
                     out.sandbox_id,
                     out.state,
                     if out.busy { " (busy)" } else { "" },
@@ -708,7 +710,8 @@ impl RunboxServer {
                     out.expires_at,
                     out.memory_bytes
                         .map_or("unknown".into(), |b| format!("{:.1} MiB", mib(b))),
-                    mib(out.memory_limit_bytes),
+                    out.memory_limit_bytes
+                        .map_or(String::new(), |l| format!(" of {:.0} MiB", mib(l))),
                     out.cpu_seconds
                         .map_or("unknown".into(), |c| format!("{c:.2} s")),
                     out.processes.map_or("unknown".into(), |p| p.to_string()),
@@ -722,6 +725,7 @@ impl RunboxServer {
                             .collect::<Vec<_>>()
                             .join(", ")
                     },
+                    status.enforced,
                 );
                 let mut text = text;
                 for p in &out.background_processes {

@@ -344,6 +344,48 @@ pub struct ListSandboxesOutput {
     pub sandboxes: Vec<SandboxSummary>,
 }
 
+/// One limit that holds in a sandbox.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct EnforcedOut {
+    /// The value: bytes for memory, a count for processes.
+    pub value: i64,
+    /// What it applies to: sandbox (all its processes together) or process (each one on its
+    /// own).
+    pub per: String,
+    /// What enforces it (a cgroup controller, an rlimit, the provider's VM).
+    pub by: String,
+}
+
+/// The limits that actually hold in a sandbox; null where nothing enforces one.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct EnforcedLimitsOut {
+    /// Memory, in bytes.
+    pub memory: Option<EnforcedOut>,
+    /// Processes and threads alive at once.
+    pub processes: Option<EnforcedOut>,
+    /// CPU for the whole sandbox, in cores.
+    pub cpus: Option<f64>,
+}
+
+impl From<&runbox_core::EnforcedLimits> for EnforcedLimitsOut {
+    fn from(e: &runbox_core::EnforcedLimits) -> Self {
+        let one = |x: &runbox_core::Enforced| EnforcedOut {
+            value: i64::try_from(x.value).unwrap_or(i64::MAX),
+            per: match x.per {
+                runbox_core::Scope::Sandbox => "sandbox",
+                runbox_core::Scope::Process => "process",
+            }
+            .to_owned(),
+            by: x.by.clone(),
+        };
+        Self {
+            memory: e.memory.as_ref().map(one),
+            processes: e.processes.as_ref().map(one),
+            cpus: e.cpus,
+        }
+    }
+}
+
 /// Result of `get_sandbox_status`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct SandboxStatusOutput {
@@ -361,8 +403,9 @@ pub struct SandboxStatusOutput {
     pub busy: bool,
     /// Memory in use now, bytes (when measurable).
     pub memory_bytes: Option<i64>,
-    /// Its memory limit, bytes.
-    pub memory_limit_bytes: i64,
+    /// The memory limit of the sandbox as a whole, bytes; null when none holds (see
+    /// enforced_limits).
+    pub memory_limit_bytes: Option<i64>,
     /// CPU time used so far, seconds (when measurable).
     pub cpu_seconds: Option<f64>,
     /// Processes and threads alive now (when measurable).
@@ -371,8 +414,10 @@ pub struct SandboxStatusOutput {
     pub kernels: Vec<LanguageArg>,
     /// Background processes started with run_command, running or ended.
     pub background_processes: Vec<ProcessOut>,
-    /// Its limits.
+    /// The limits asked for.
     pub limits: LimitsOut,
+    /// Those that actually hold, and how (null where none does).
+    pub enforced_limits: EnforcedLimitsOut,
 }
 
 /// A background process.
@@ -471,7 +516,8 @@ pub struct LifecycleOutput {
     pub sandbox_id: String,
     /// running or paused.
     pub state: String,
-    /// When it closes if left idle (RFC 3339); while paused, the clock stands still.
+    /// When it closes if left idle (RFC 3339); while paused, when it closes unless resumed
+    /// (the idle clock stands still, the server's pause timeout does not).
     pub expires_at: String,
     /// Idle life in seconds.
     pub timeout_seconds: f64,

@@ -50,6 +50,16 @@ pub(crate) struct EngineArgs {
     #[arg(long, env = "RUNBOX_CGROUP_PARENT")]
     pub(crate) cgroup_parent: Option<PathBuf>,
 
+    /// Run sandboxes without cgroups: each process's memory is capped (RLIMIT_DATA) but not
+    /// the sandbox's as a whole, processes by RLIMIT_NPROC, CPU not at all; no pause.
+    /// Without this flag runbox refuses to start where cgroups are unavailable.
+    #[arg(
+        long,
+        env = "RUNBOX_NO_CGROUPS",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
+    pub(crate) no_cgroups: bool,
+
     /// Python 3 for sandboxes (default: python3 on PATH, resolved through version managers).
     #[arg(long, env = "RUNBOX_PYTHON")]
     pub(crate) python: Option<PathBuf>,
@@ -85,6 +95,11 @@ impl EngineArgs {
             config.jail.init_exe = exe.clone();
         }
         config.jail.cgroup_parent = self.cgroup_parent.clone();
+        config.jail.cgroups = if self.no_cgroups {
+            runbox_jail::CgroupMode::Disabled
+        } else {
+            runbox_jail::CgroupMode::Required
+        };
         config
     }
 }

@@ -73,7 +73,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RUNBOX_PUBLIC_URL", value_name = "URL")]
     pub(crate) public_url: Option<String>,
 
-    /// Most sandboxes one tenant may hold at once [default: no limit but --max-sandboxes].
+    /// Most sandboxes one tenant may hold at once, paused ones included [default: with
+    /// authentication (--tokens, --oauth-issuer, --auth), a quarter of --max-sandboxes (at
+    /// least 1), so no tenant can take every place; without, no limit but --max-sandboxes].
     #[arg(long, env = "RUNBOX_MAX_SANDBOXES_PER_TENANT", value_name = "N")]
     pub(crate) max_sandboxes_per_tenant: Option<usize>,
 
@@ -146,6 +148,11 @@ pub(crate) struct ServeArgs {
     /// Longest idle life a creator may ask for, in seconds [default: 86400].
     #[arg(long, env = "RUNBOX_MAX_SANDBOX_TIMEOUT")]
     pub(crate) max_sandbox_timeout: Option<f64>,
+
+    /// Longest a sandbox may stay paused, in seconds: then it is closed, unless resumed
+    /// first (its idle clock stands still while paused, this one does not) [default: 3600].
+    #[arg(long, env = "RUNBOX_PAUSE_TIMEOUT")]
+    pub(crate) pause_timeout: Option<f64>,
 
     /// A run's timeout in seconds when the caller gives none [default: 60].
     #[arg(long, env = "RUNBOX_RUN_TIMEOUT")]
@@ -261,6 +268,7 @@ struct FileConfig {
     max_sandboxes: Option<usize>,
     sandbox_timeout: Option<f64>,
     max_sandbox_timeout: Option<f64>,
+    pause_timeout: Option<f64>,
     run_timeout: Option<f64>,
     max_run_timeout: Option<f64>,
     limits: Option<Limits>,
@@ -275,6 +283,7 @@ struct FileConfig {
     bash: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     cgroup_parent: Option<PathBuf>,
+    no_cgroups: Option<bool>,
 }
 
 /// The e2b backend's settings, as flags (`serve` and `doctor`). `Debug` never shows the key.
@@ -492,6 +501,8 @@ pub(crate) struct ServeConfig {
     pub(crate) max_sandboxes: usize,
     pub(crate) sandbox_timeout: Duration,
     pub(crate) max_sandbox_timeout: Duration,
+    /// Longest a sandbox may stay paused before it is closed.
+    pub(crate) pause_timeout: Duration,
     pub(crate) run_timeout: Duration,
     pub(crate) max_run_timeout: Duration,
     pub(crate) limits: Limits,
@@ -722,6 +733,10 @@ impl ServeConfig {
                 "sandbox_timeout ({sandbox_timeout:?}) exceeds max_sandbox_timeout ({max_sandbox_timeout:?})"
             );
         }
+        let pause_timeout = secs(
+            "pause_timeout",
+            pick(args.pause_timeout, file.pause_timeout, 3600.0),
+        )?;
         let max_sandboxes = args.max_sandboxes.or(file.max_sandboxes).unwrap_or(50);
         if !(1..=10_000).contains(&max_sandboxes) {
             bail!("max_sandboxes must be between 1 and 10000, got {max_sandboxes}");
@@ -742,11 +757,14 @@ impl ServeConfig {
                 .unwrap_or(max_sandboxes),
             ),
             per_tenant: runbox_core::TenantQuota {
+                // With authentication there are tenants to keep apart: by default none may
+                // hold more than a quarter of the server's places.
                 max_sandboxes: positive(
                     "max_sandboxes_per_tenant",
                     args.max_sandboxes_per_tenant
                         .or(file.max_sandboxes_per_tenant),
-                )?,
+                )?
+                .or(auth.any().then_some((max_sandboxes / 4).max(1))),
                 max_concurrent_runs: positive(
                     "max_runs_per_tenant",
                     args.max_runs_per_tenant.or(file.max_runs_per_tenant),
@@ -881,6 +899,7 @@ impl ServeConfig {
         engine.bash = engine.bash.or(file.bash);
         engine.state_dir = engine.state_dir.or(file.state_dir);
         engine.cgroup_parent = engine.cgroup_parent.or(file.cgroup_parent);
+        engine.no_cgroups = engine.no_cgroups || file.no_cgroups.unwrap_or(false);
 
         Ok(Self {
             transport,
@@ -891,6 +910,7 @@ impl ServeConfig {
             max_sandboxes,
             sandbox_timeout,
             max_sandbox_timeout,
+            pause_timeout,
             run_timeout,
             max_run_timeout,
             limits,
@@ -1067,6 +1087,13 @@ mod tests {
         assert!(e.contains("max_sandboxes"), "{e}");
         let c = resolve(&["--stdio", "--run-timeout", "5", "--max-run-timeout", "10"]).unwrap();
         assert_eq!(c.run_timeout, Duration::from_secs(5));
+        assert_eq!(c.pause_timeout, Duration::from_secs(3600));
+        let c = resolve(&["--stdio", "--pause-timeout", "90"]).unwrap();
+        assert_eq!(c.pause_timeout, Duration::from_secs(90));
+        let e = resolve(&["--stdio", "--pause-timeout", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pause_timeout"), "{e}");
     }
 
     #[test]
@@ -1075,11 +1102,12 @@ mod tests {
         let path = dir.path().join("runbox.toml");
         std::fs::write(
             &path,
-            "http = \"127.0.0.1:9000\"\npool = 0\nrun_timeout = 30\n[limits]\nmemory_mb = 256\n",
+            "http = \"127.0.0.1:9000\"\npool = 0\nrun_timeout = 30\npause_timeout = 120\n[limits]\nmemory_mb = 256\n",
         )
         .unwrap();
         let p = path.to_str().unwrap();
         let c = resolve(&["--config", p]).unwrap();
+        assert_eq!(c.pause_timeout, Duration::from_secs(120));
         assert_eq!(
             c.transport,
             Transport::Http("127.0.0.1:9000".parse().unwrap())
@@ -1123,6 +1151,16 @@ mod tests {
         assert_eq!(c.quotas.max_sandboxes, Some(20));
         assert_eq!(c.quotas.max_concurrent_runs, Some(20));
         assert_eq!(c.quotas.per_tenant, runbox_core::TenantQuota::default());
+        // With authentication, a tenant may hold a quarter of the places unless told.
+        let auth = ["--http", "127.0.0.1:8000", "--tokens", "/x/tokens.toml"];
+        let c = resolve(&[&auth[..], &["--max-sandboxes", "20"]].concat()).unwrap();
+        assert_eq!(c.quotas.per_tenant.max_sandboxes, Some(5));
+        let c = resolve(&[&auth[..], &["--max-sandboxes", "2"]].concat()).unwrap();
+        assert_eq!(c.quotas.per_tenant.max_sandboxes, Some(1));
+        let c = resolve(&[&auth[..], &["--max-sandboxes-per-tenant", "20"]].concat()).unwrap();
+        assert_eq!(c.quotas.per_tenant.max_sandboxes, Some(20));
+        let c = resolve(&auth).unwrap();
+        assert_eq!(c.quotas.per_tenant.max_sandboxes, Some(12));
         let c = resolve(&[
             "--stdio",
             "--max-sandboxes-per-tenant",
@@ -1170,6 +1208,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("task_result_ttl"), "{e}");
+    }
+
+    #[test]
+    fn no_cgroups_comes_from_the_flag_or_the_file() {
+        if std::env::var_os("RUNBOX_NO_CGROUPS").is_none() {
+            assert!(!resolve(&["--stdio"]).unwrap().engine.no_cgroups);
+        }
+        assert!(
+            resolve(&["--stdio", "--no-cgroups"])
+                .unwrap()
+                .engine
+                .no_cgroups
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(&path, "stdio = true\nno_cgroups = true\n").unwrap();
+        let c = resolve(&["--config", path.to_str().unwrap()]).unwrap();
+        assert!(c.engine.no_cgroups);
+        assert_eq!(
+            c.engine.local_config(Limits::default()).jail.cgroups,
+            runbox_jail::CgroupMode::Disabled
+        );
     }
 
     #[test]

@@ -114,7 +114,12 @@ pub(crate) async fn main(args: DoctorArgs) -> u8 {
         ),
     }
 
-    let backend = match LocalBackend::new(args.engine.local_config(Limits::default())).await {
+    // Cgroups or not, the rest is checked; a missing layer `serve` requires is a FAIL line.
+    let mut config = args.engine.local_config(Limits::default());
+    if config.jail.cgroups == runbox_jail::CgroupMode::Required {
+        config.jail.cgroups = runbox_jail::CgroupMode::IfAvailable;
+    }
+    let backend = match LocalBackend::new(config).await {
         Ok(b) => b,
         Err(e) => {
             r.line(Status::Fail, "engine", runbox_core::chain(&e));
@@ -144,11 +149,31 @@ pub(crate) async fn main(args: DoctorArgs) -> u8 {
                 );
             }
         }
-        Err(e) => {
+        Err(e) if args.engine.no_cgroups => {
             r.line(
                 Status::Warn,
                 "cgroups",
-                format!("unavailable, so memory, process and CPU limits fall back to rlimits: {e}"),
+                format!(
+                    "not used ({e}): memory is capped per process (RLIMIT_DATA), not per \
+                     sandbox; processes by RLIMIT_NPROC; CPU not at all"
+                ),
+            );
+            r.line(
+                Status::Warn,
+                "pause",
+                "no cgroups, so no freezer: pause_sandbox is refused",
+            );
+        }
+        Err(e) => {
+            r.line(
+                Status::Fail,
+                "cgroups",
+                format!(
+                    "unavailable: {e}. runbox serve and runbox run refuse to start without \
+                     them: give runbox a cgroup subtree (as root, or delegated to this user and \
+                     named with --cgroup-parent), or pass --no-cgroups for per-process limits \
+                     only"
+                ),
             );
             r.line(
                 Status::Warn,
@@ -273,6 +298,19 @@ async fn sandbox_checks(r: &mut Report, backend: &LocalBackend, id: &SandboxId) 
             "sandbox cgroup",
             format!("{} directories, removed at close", diag.cgroup_paths.len()),
         );
+    }
+    // Which of the default limits actually hold, as get_sandbox_status reports them.
+    match backend.status(id).await {
+        Ok(s) => {
+            let e = &s.enforced;
+            let whole = e.sandbox_memory_bytes().is_some() && e.cpus.is_some();
+            r.line(
+                if whole { Status::Ok } else { Status::Warn },
+                "limits in force",
+                e.to_string(),
+            );
+        }
+        Err(e) => r.line(Status::Fail, "limits in force", runbox_core::chain(&e)),
     }
 
     // What a process inside actually sees.

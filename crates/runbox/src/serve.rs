@@ -218,6 +218,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         RegistryConfig {
             default_idle_timeout: config.sandbox_timeout,
             max_idle_timeout: config.max_sandbox_timeout,
+            pause_timeout: config.pause_timeout,
             pool_size: config.pool,
             base_env: config.pass_through_env.0.clone(),
             quotas: runbox_core::Quotas {

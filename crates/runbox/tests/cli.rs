@@ -175,6 +175,69 @@ fn a_sandbox_that_cannot_start_exits_125() {
 }
 
 #[test]
+fn a_state_directory_another_user_could_have_made_is_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let t = tempfile::tempdir().unwrap();
+    let says_what_to_do = |o: &Output, problem: &str| {
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{err}");
+        for needle in [problem, "--state-dir", "XDG_RUNTIME_DIR", "Remove it"] {
+            assert!(err.contains(needle), "no {needle:?} in: {err}");
+        }
+    };
+    // A link planted where the directory should be.
+    let real = t.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = t.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let o = run(&["--state-dir", link.to_str().unwrap(), "print(1)"]);
+    says_what_to_do(&o, "is a symbolic link");
+    assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0, "used anyway");
+    // A directory of ours that others could enter is closed and used.
+    let open = t.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = run(&["--state-dir", open.to_str().unwrap(), "print(1)"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(std::fs::metadata(&open).unwrap().mode() & 0o777, 0o700);
+    if !running_as_root() {
+        eprintln!("SKIP the other user's directory: making one needs root");
+        return;
+    }
+    // Another user's directory, named as given ...
+    let theirs = t.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(4245), Some(4245)).unwrap();
+    let o = run(&["--state-dir", theirs.to_str().unwrap(), "print(1)"]);
+    says_what_to_do(&o, "belongs to uid 4245");
+    // ... and made first at the default of a user without XDG_RUNTIME_DIR.
+    use std::os::unix::process::CommandExt;
+    let default = std::path::PathBuf::from("/tmp/runbox-4244");
+    let _ = std::fs::remove_dir_all(&default);
+    std::fs::create_dir(&default).unwrap();
+    std::os::unix::fs::chown(&default, Some(4245), Some(4245)).unwrap();
+    let o = runbox()
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("RUNBOX_STATE_DIR")
+        .uid(4244)
+        .gid(4244)
+        .args(["run", "print(1)"])
+        .output();
+    std::fs::remove_dir(&default).unwrap();
+    match o {
+        Ok(o) => says_what_to_do(&o, "/tmp/runbox-4244 belongs to uid 4245"),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!(
+                "SKIP the default directory: uid 4244 cannot run {runbox_exe:?}: {e}",
+                runbox_exe = runbox_exe()
+            );
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
 fn bad_arguments_are_usage_errors() {
     let o = run(&["-l", "cobol", "x"]);
     assert_eq!(o.status.code(), Some(2));
@@ -219,6 +282,7 @@ fn doctor_reports_every_layer_and_passes() {
         "capabilities",
         "no_new_privs",
         "rlimits",
+        "limits in force",
         "seen from inside",
         "python kernel",
         "javascript kernel",
@@ -247,4 +311,38 @@ fn doctor_fails_with_the_reason_when_sandboxes_cannot_run() {
     assert!(out.contains("FAIL"), "{out}");
     assert!(out.contains("sandboxes cannot run"), "{out}");
     assert!(out.contains("runbox-cannot-be-here"), "{out}");
+}
+
+#[test]
+fn doctor_says_which_limits_hold_without_cgroups() {
+    // A cgroup parent that cannot be (a file's child): no cgroups, whoever runs this.
+    let without = ["doctor", "--cgroup-parent", "/cgroup.procs/runbox"];
+    let o = runbox()
+        .env_remove("RUNBOX_NO_CGROUPS")
+        .args(without)
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("FAIL") && l.contains("cgroups"))
+        .unwrap_or_else(|| panic!("no FAIL line for cgroups:\n{out}"));
+    assert!(line.contains("--no-cgroups"), "{line}");
+    // The operator's choice: sandboxes run, and doctor says what holds and what does not.
+    let o = runbox().args(without).arg("--no-cgroups").output().unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    let line = out
+        .lines()
+        .find(|l| l.contains("limits in force"))
+        .unwrap_or_else(|| panic!("no limits line:\n{out}"));
+    for needle in [
+        "warn",
+        "memory 1024 MiB per process (RLIMIT_DATA",
+        "256 processes per sandbox (RLIMIT_NPROC)",
+        "CPU not limited",
+    ] {
+        assert!(line.contains(needle), "no {needle:?} in: {line}");
+    }
 }

@@ -196,7 +196,14 @@ async fn core_flow(client: &Client, revision: Revision) {
     let s = structured(&r);
     assert_eq!(s["state"], "running");
     assert!(s["kernels"].as_array().unwrap().contains(&json!("python")));
-    assert!(s["memory_limit_bytes"].as_i64().unwrap() > 0);
+    // The memory limit shown is the one that holds for the whole sandbox, if any.
+    let memory = &s["enforced_limits"]["memory"];
+    if memory["per"] == "sandbox" {
+        assert_eq!(s["memory_limit_bytes"], memory["value"]);
+        assert_eq!(s["memory_limit_bytes"], 1024 << 20);
+    } else {
+        assert!(s["memory_limit_bytes"].is_null(), "{s}");
+    }
     assert!(s["created_at"].is_string() && s["expires_at"].is_string());
     if s["memory_bytes"].is_number() {
         assert!(s["memory_bytes"].as_i64().unwrap() > 0);

@@ -362,6 +362,80 @@ async fn a_tenant_past_its_rate_gets_429_with_retry_after_and_others_do_not() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn no_tenant_takes_every_place_and_paused_sandboxes_do_not_keep_theirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens.toml");
+    let alice = add_token(&file, "alice", &[]);
+    let bob = add_token(&file, "bob", &[]);
+    // Four places, so a tenant may hold one of them by default; a pause lasts a second.
+    let server = HttpServer::start(&[
+        "--tokens",
+        file.to_str().unwrap(),
+        "--pool",
+        "0",
+        "--max-sandboxes",
+        "4",
+        "--pause-timeout",
+        "1",
+    ])
+    .await;
+    let a = client_with(&server, &alice, Revision::Stateless).await;
+    let r = call(&a, "create_sandbox", json!({})).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let id = structured(&r)["sandbox_id"].as_str().unwrap().to_owned();
+    let tag = util::canary("paused");
+    let r = call(
+        &a,
+        "run_command",
+        json!({"sandbox_id": id, "command": format!("exec -a {tag} sleep 1000"), "background": true}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let r = call(&a, "pause_sandbox", json!({"sandbox_id": id})).await;
+    let paused = !is_error(&r);
+    if paused {
+        assert!(text(&r).contains("when it is closed"), "{}", text(&r));
+    } else {
+        eprintln!("no freezer here, the pause part is skipped: {}", text(&r));
+    }
+    // Paused or not, the sandbox holds alice's one place ...
+    let r = call(&a, "create_sandbox", json!({})).await;
+    assert!(is_error(&r), "a second sandbox for alice: {}", text(&r));
+    assert!(
+        text(&r).contains("the most one tenant may hold at once (1)"),
+        "{}",
+        text(&r)
+    );
+    // ... but not the server's others.
+    let b = client_with(&server, &bob, Revision::Legacy).await;
+    let r = call(&b, "create_sandbox", json!({})).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    if paused {
+        // A second past its pause, the sandbox is closed, everything in it ended, and alice
+        // has her place back.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let r = call(&a, "list_sandboxes", json!({})).await;
+            if structured(&r)["sandboxes"] == json!([]) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a paused sandbox outlived its pause timeout: {}",
+                text(&r)
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(util::host_processes_with(&tag), Vec::<i32>::new());
+        let r = call(&a, "create_sandbox", json!({})).await;
+        assert!(!is_error(&r), "{}", text(&r));
+    }
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+    server.stop().await;
+}
+
 /// A signing key made for the test: Ed25519 from 32 random bytes (PKCS#8 v1 is a fixed
 /// 16-byte header and the seed), with its public JWK.
 struct Key {

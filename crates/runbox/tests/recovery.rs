@@ -221,8 +221,14 @@ async fn a_restart_after_kill_9_leaves_nothing_behind() {
     let paused = new_sandbox(&c).await;
     round_trip(&c, Some(&paused)).await;
     background(&c, &paused, &format!("exec -a {tag}-paused sleep 1000")).await;
-    let canaries = host_processes_at_least(&tag, 3);
-    assert_eq!(canaries.len(), 3, "{canaries:?}");
+    let mut canaries = host_processes_at_least(&tag, 3);
+    // The shells that started them may still be there for a moment, their command lines
+    // naming the tag too.
+    wait_until("only the three canaries are left", || {
+        canaries = host_processes_with(&tag);
+        canaries.len() == 3
+    })
+    .await;
     let paused_ok = pause(&c, &paused).await;
 
     let (record, parents) = record_of(state.path(), a.pid()).expect("the server's record");
@@ -317,6 +323,11 @@ async fn a_restart_after_kill_9_leaves_nothing_behind() {
     assert!(!record.exists());
     for uid in &uids {
         assert!(!lease_held(state.path(), *uid), "uid {uid} still leased");
+        let file = state.path().join("uids").join(uid.to_string());
+        assert!(
+            !file.exists(),
+            "the dead server's lease file {file:?} was kept"
+        );
     }
 
     // And the new servers work.
@@ -338,6 +349,14 @@ async fn a_restart_after_kill_9_leaves_nothing_behind() {
         .map(|e| e.file_name())
         .collect();
     assert!(records.is_empty(), "{records:?}");
+    // Nor any lease file: each went with its sandbox.
+    let leases: Vec<_> = fs::read_dir(state.path().join("uids"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(leases.is_empty(), "{leases:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

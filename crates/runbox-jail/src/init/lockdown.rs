@@ -45,6 +45,9 @@ fn set_rlimits(policy: &JailPolicy, report: &mut LayerReport) -> Result<(), Setu
     if r.stack > 0 {
         limits.push(("RLIMIT_STACK", Resource::RLIMIT_STACK, r.stack));
     }
+    if r.data > 0 {
+        limits.push(("RLIMIT_DATA", Resource::RLIMIT_DATA, r.data));
+    }
     for (name, resource, value) in limits {
         setrlimit(resource, value, value).map_err(SetupError::at(format!("set {name}")))?;
         report.rlimits.push((name.to_owned(), value));

@@ -30,8 +30,10 @@ const NONE: Option<&str> = None;
 /// Device nodes bound from the host, each harmless (no disk, no memory, no kernel console).
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
-/// Files under `/proc` hidden behind `/dev/null` (kernel memory, keys, timers, ...).
-const PROC_MASKED_FILES: [&str; 5] = [
+/// Files under `/proc` hidden behind `/dev/null` (kernel memory, keys, timers, the host's
+/// boot command line, ...).
+const PROC_MASKED_FILES: [&str; 6] = [
+    "cmdline",
     "kcore",
     "keys",
     "timer_list",

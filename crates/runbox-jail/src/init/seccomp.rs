@@ -1,12 +1,14 @@
 //! The seccomp layer: syscalls no sandboxed program needs and many escapes use.
 //!
 //! A deny list over a default-allow filter, so ordinary programs (interpreters, compilers,
-//! package managers) work unchanged. Three filters are stacked because each returns its own
+//! package managers) work unchanged. Four filters are stacked because each returns its own
 //! errno: the general list fails with `EPERM`, `clone3` with `ENOSYS` (so libc falls back to
-//! `clone`, whose flags this filter can inspect), and sockets of families the sandbox has no
-//! use for with `EAFNOSUPPORT`. Every filter kills a process that makes a syscall of another
-//! architecture (32-bit `int 0x80` calls would otherwise bypass the rules), and x32 syscall
-//! numbers are refused.
+//! `clone`, whose flags this filter can inspect), sockets of families the sandbox has no use
+//! for with `EAFNOSUPPORT`, and sockets of the transport protocols it has no use for
+//! (Multipath TCP, UDP-Lite, SCTP) with `EPROTONOSUPPORT`, which programs that try MPTCP
+//! first take as "fall back to TCP". Every filter kills a process that makes a syscall of
+//! another architecture (32-bit `int 0x80` calls would otherwise bypass the rules), and x32
+//! syscall numbers are refused.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,16 @@ const NAMESPACE_FLAGS: [u64; 8] = [
     libc::CLONE_NEWPID as u64,
     libc::CLONE_NEWNET as u64,
     0x80, // CLONE_NEWTIME
+];
+
+/// Transport protocols refused in `socket` and `socketpair` with `EPROTONOSUPPORT`, whatever
+/// the family and type: Multipath TCP (`IPPROTO_MPTCP`) is stream traffic that Landlock's TCP
+/// rules do not see, and UDP-Lite and SCTP are protocol stacks (SCTP a module the kernel
+/// would load on demand) that nothing in a sandbox needs.
+const REFUSED_PROTOCOLS: [i32; 3] = [
+    libc::IPPROTO_MPTCP,
+    libc::IPPROTO_UDPLITE,
+    libc::IPPROTO_SCTP,
 ];
 
 /// Syscalls refused outright with `EPERM`.
@@ -220,11 +232,39 @@ pub(crate) fn build() -> Result<Filters, seccompiler::BackendError> {
         arch,
     )?;
 
+    // 4. EPROTONOSUPPORT for the refused transport protocols. The protocol is an `int`:
+    // compare its low 32 bits, as the kernel reads it.
+    let protocol_rules = || -> Vec<SeccompRule> {
+        REFUSED_PROTOCOLS
+            .iter()
+            .map(|&p| {
+                rule(vec![cond(
+                    2,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::Eq,
+                    p as u64,
+                )])
+            })
+            .collect()
+    };
+    let protonosupport = SeccompFilter::new(
+        [
+            (libc::SYS_socket, protocol_rules()),
+            (libc::SYS_socketpair, protocol_rules()),
+        ]
+        .into_iter()
+        .collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPROTONOSUPPORT as u32),
+        arch,
+    )?;
+
     let mut programs = Vec::new();
     for (name, filter) in [
         ("deny-list", eperm),
         ("clone3", enosys),
         ("socket-families", afnosupport),
+        ("socket-protocols", protonosupport),
     ] {
         let mut prog: BpfProgram = filter.try_into()?;
         refuse_x32(&mut prog);
@@ -294,7 +334,7 @@ mod tests {
     #[test]
     fn filters_build_for_this_machine() {
         let f = build().unwrap();
-        assert_eq!(f.programs.len(), 3);
+        assert_eq!(f.programs.len(), 4);
         assert!(f.rules > 50, "deny list unexpectedly short: {}", f.rules);
         for (name, prog) in &f.programs {
             assert!(prog.len() < 4096, "{name} too long for BPF: {}", prog.len());

@@ -22,12 +22,27 @@ pub fn runbox_exe() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_runbox")))
 }
 
+/// Whether the tests run in the mode without cgroups (`RUNBOX_NO_CGROUPS`, which the servers
+/// the tests start read too).
+pub fn no_cgroups() -> bool {
+    std::env::var("RUNBOX_NO_CGROUPS").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
+}
+
 /// A config for tests: sandboxes run the binary under test; `RUNBOX_CGROUP_PARENT` (set by
-/// the unprivileged CI run to a delegated subtree) is honoured.
+/// the unprivileged CI run to a delegated subtree) is honoured; cgroups are required with
+/// `RUNBOX_TEST_REQUIRE_CGROUPS`, never used with `RUNBOX_NO_CGROUPS`, used where available
+/// otherwise.
 pub fn config() -> LocalConfig {
     let mut c = LocalConfig::default();
     c.jail.init_exe = runbox_exe();
     c.jail.cgroup_parent = std::env::var_os("RUNBOX_CGROUP_PARENT").map(PathBuf::from);
+    c.jail.cgroups = if no_cgroups() {
+        runbox_jail::CgroupMode::Disabled
+    } else if std::env::var_os("RUNBOX_TEST_REQUIRE_CGROUPS").is_some() {
+        runbox_jail::CgroupMode::Required
+    } else {
+        runbox_jail::CgroupMode::IfAvailable
+    };
     c.interrupt_grace = Duration::from_secs(1);
     c
 }
