@@ -13,6 +13,7 @@ mod audit;
 mod auth;
 mod caller;
 mod files;
+mod jsonrpc;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -35,5 +36,6 @@ pub use profiles::{Profile, UnknownProfile};
 pub use resources::SANDBOX_FILE_TEMPLATE;
 pub use server::{INSTRUCTIONS, RunboxServer, ServerSettings};
 pub use transport::{
-    HttpOptions, MAX_REQUEST_BYTES, TransportError, http_app, serve_http, serve_stdio,
+    ConnectionLimits, HttpOptions, MAX_REQUEST_BYTES, SessionLimits, TransportError, http_app,
+    serve_http, serve_stdio,
 };

@@ -812,6 +812,25 @@ impl ServerHandler for RunboxServer {
         result
     }
 
+    /// A request rmcp could not decode as the MCP request its method names arrives here:
+    /// its params do not fit, which is `-32602` naming the field (not "method not found").
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        Err(
+            crate::jsonrpc::invalid_params(&request.method, request.params.as_ref())
+                .unwrap_or_else(|| {
+                    ErrorData::new(
+                        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                        request.method.clone(),
+                        None,
+                    )
+                }),
+        )
+    }
+
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()

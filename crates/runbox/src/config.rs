@@ -14,6 +14,8 @@ use serde::Deserialize;
 
 use crate::cli::EngineArgs;
 
+mod http;
+
 /// Flags of `runbox serve`. Unset flags fall back to the config file, then to defaults.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -204,6 +206,9 @@ pub(crate) struct ServeArgs {
     pub(crate) pass_through_env: Vec<String>,
 
     #[command(flatten)]
+    pub(crate) http_limits: http::HttpLimitArgs,
+
+    #[command(flatten)]
     pub(crate) engine: EngineArgs,
 }
 
@@ -211,6 +216,13 @@ pub(crate) struct ServeArgs {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    max_connections: Option<usize>,
+    max_connections_per_address: Option<usize>,
+    http_header_timeout: Option<f64>,
+    http_idle_timeout: Option<f64>,
+    max_sessions: Option<usize>,
+    max_sessions_per_tenant: Option<usize>,
+    session_idle_timeout: Option<f64>,
     stdio: Option<bool>,
     backend: Option<BackendKind>,
     e2b_domain: Option<String>,
@@ -487,6 +499,10 @@ pub(crate) struct ServeConfig {
     pub(crate) quotas: runbox_core::Quotas,
     /// Requests a minute per tenant over HTTP.
     pub(crate) rate_limit: Option<u32>,
+    /// Caps and timeouts of HTTP connections.
+    pub(crate) connections: runbox_mcp::ConnectionLimits,
+    /// Caps and expiry of MCP sessions.
+    pub(crate) sessions: runbox_mcp::SessionLimits,
     /// The audit log, and whether it records code.
     pub(crate) audit_log: Option<PathBuf>,
     pub(crate) audit_code: bool,
@@ -714,6 +730,18 @@ impl ServeConfig {
             },
             lookup: None,
         };
+        let (connections, sessions) = http::resolve(
+            args.http_limits,
+            http::HttpLimitFile {
+                max_connections: file.max_connections,
+                max_connections_per_address: file.max_connections_per_address,
+                http_header_timeout: file.http_header_timeout,
+                http_idle_timeout: file.http_idle_timeout,
+                max_sessions: file.max_sessions,
+                max_sessions_per_tenant: file.max_sessions_per_tenant,
+                session_idle_timeout: file.session_idle_timeout,
+            },
+        )?;
         let rate_limit = args.rate_limit.or(file.rate_limit);
         if rate_limit == Some(0) {
             bail!("rate_limit must be at least 1 request a minute");
@@ -844,6 +872,8 @@ impl ServeConfig {
             auth,
             quotas,
             rate_limit,
+            connections,
+            sessions,
             audit_log,
             audit_code,
             engine,

@@ -235,10 +235,12 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 allowed_origins: config.allowed_origins.clone(),
                 auth: auth.map(|(auth, _)| auth),
                 rate_limit: config.rate_limit,
+                connections: connection_limits(&config),
+                sessions: config.sessions.clone(),
                 ..Default::default()
             };
             let app = runbox_mcp::http_app(server, &options, shutdown.child_token());
-            runbox_mcp::serve_http(listener, app, shutdown.clone())
+            runbox_mcp::serve_http(listener, app, &options, metrics, shutdown.clone())
                 .await
                 .map_err(anyhow::Error::from)
         }
@@ -246,6 +248,60 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     tracing::info!("shutting down: closing every sandbox");
     registry.shutdown().await;
     result
+}
+
+/// Descriptors the server keeps for each sandbox it may hold: its control socket, a kernel's
+/// pipes and control socket per language, background processes' pipes, exported
+/// directories, and its egress proxy's tunnels (two sockets each).
+const FDS_PER_SANDBOX: u64 = 32 + 2 * runbox_egress::DEFAULT_MAX_TUNNELS as u64;
+/// Descriptors for everything else: the listener, logs, the tokens file, the runtime.
+const FDS_BASE: u64 = 256;
+/// Fewest connections served, whatever the descriptor budget.
+const MIN_CONNECTIONS: usize = 16;
+
+/// Raises the soft limit on open files to the hard one: each HTTP connection and each
+/// sandbox holds descriptors. The limit in force after.
+fn raise_open_files() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(e) => {
+                tracing::warn!("cannot raise the open-files limit from {soft} to {hard}: {e}");
+                soft
+            }
+        },
+        Ok((soft, _)) => soft,
+        Err(e) => {
+            tracing::warn!("cannot read the open-files limit: {e}");
+            1024
+        }
+    }
+}
+
+/// The connection limits, with the cap on connections lowered so that, with every
+/// connection open, the descriptors every sandbox needs are still free.
+fn connection_limits(config: &ServeConfig) -> runbox_mcp::ConnectionLimits {
+    let mut limits = config.connections.clone();
+    let files = raise_open_files();
+    let sandboxes = (config.max_sandboxes + config.pool) as u64;
+    let reserved = FDS_BASE + FDS_PER_SANDBOX * sandboxes;
+    let budget = usize::try_from(files.saturating_sub(reserved)).unwrap_or(usize::MAX);
+    if limits.max_connections > budget {
+        let cap = budget.max(MIN_CONNECTIONS);
+        tracing::warn!(
+            open_files = files,
+            reserved,
+            "the open-files limit leaves room for {cap} HTTP connections beside {sandboxes} \
+             sandboxes, fewer than the {} asked for; raise the limit (ulimit -n) to serve more",
+            limits.max_connections
+        );
+        limits.max_connections = cap;
+    }
+    limits.max_connections_per_address = limits
+        .max_connections_per_address
+        .min(limits.max_connections);
+    limits
 }
 
 async fn watch_signals(shutdown: CancellationToken) {
