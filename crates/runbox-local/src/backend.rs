@@ -40,7 +40,7 @@ pub struct LocalConfig {
     /// The operator's data files, mounted read-only at `/data` in every sandbox.
     pub data_dir: Option<PathBuf>,
     /// Network access for sandboxes that ask for it; `None`: no sandbox gets any.
-    pub egress: Option<EgressConfig>,
+    pub egress: Option<Egress>,
 }
 
 /// How sandboxes with network access reach out: through a proxy of the server's, per
@@ -54,6 +54,85 @@ pub struct EgressConfig {
     pub index_env: Vec<(String, String)>,
     /// Where every proxy decision goes, besides the log.
     pub events: Option<runbox_egress::EventSink>,
+}
+
+/// [`EgressConfig`], ready or worked out on first use: finding the host's package indexes
+/// runs pip and npm and resolves names, which a server should not wait for before it answers
+/// its first request (most sessions never ask for a network). The first sandbox that asks
+/// for one starts the work and waits for it; later ones get the result.
+#[derive(Clone)]
+pub struct Egress(Arc<EgressInner>);
+
+struct EgressInner {
+    /// The work, until someone needs its result.
+    start: Mutex<Option<std::pin::Pin<Box<dyn Future<Output = EgressConfig> + Send>>>>,
+    result: tokio::sync::watch::Sender<Option<Arc<EgressConfig>>>,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Egress")
+            .field(&*self.0.result.borrow())
+            .finish()
+    }
+}
+
+impl Egress {
+    /// Settings known now.
+    pub fn ready(config: EgressConfig) -> Self {
+        Self(Arc::new(EgressInner {
+            start: Mutex::new(None),
+            result: tokio::sync::watch::Sender::new(Some(Arc::new(config))),
+        }))
+    }
+
+    /// Settings `work` finds, once something needs them.
+    pub fn later(work: impl Future<Output = EgressConfig> + Send + 'static) -> Self {
+        Self(Arc::new(EgressInner {
+            start: Mutex::new(Some(Box::pin(work))),
+            result: tokio::sync::watch::Sender::new(None),
+        }))
+    }
+
+    /// The settings: started now if nothing asked before, and waited for.
+    pub async fn get(&self) -> Arc<EgressConfig> {
+        let mut result = self.0.result.subscribe();
+        let work = self
+            .0
+            .start
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(work) = work {
+            // In a task of its own, so that a caller that gives up does not stop it.
+            let sender = self.0.result.clone();
+            let task = tokio::spawn(work);
+            tokio::spawn(async move {
+                let config = task.await.unwrap_or_else(|e| {
+                    tracing::error!("finding the egress settings failed: {e}");
+                    EgressConfig {
+                        policy: runbox_egress::Policy::new(runbox_egress::Allowlist::default()),
+                        index_env: Vec::new(),
+                        events: None,
+                    }
+                });
+                sender.send_replace(Some(Arc::new(config)));
+            });
+        }
+        match result.wait_for(Option::is_some).await {
+            Ok(config) => config.clone().unwrap_or_else(|| unreachable_config()),
+            Err(_) => unreachable_config(),
+        }
+    }
+}
+
+/// What a closed watch would give: no hosts (the sender lives as long as the receivers).
+fn unreachable_config() -> Arc<EgressConfig> {
+    Arc::new(EgressConfig {
+        policy: runbox_egress::Policy::new(runbox_egress::Allowlist::default()),
+        index_env: Vec::new(),
+        events: None,
+    })
 }
 
 impl std::fmt::Debug for EgressConfig {
@@ -101,8 +180,6 @@ pub struct LocalBackend {
     runtime: Runtime,
     layout: Layout,
     base_env: Vec<(String, String)>,
-    /// What a sandbox with network access gets on top of `base_env`.
-    egress_env: Vec<(String, String)>,
     config: LocalConfig,
     sandboxes: Mutex<Registry>,
 }
@@ -148,11 +225,6 @@ impl LocalBackend {
             data_dir.as_deref(),
         );
         let base_env = Layout::base_env(&runtime);
-        let egress_env = config
-            .egress
-            .as_ref()
-            .map(|e| egress_env(&e.index_env))
-            .unwrap_or_default();
         match host.cgroups() {
             Ok(c) => {
                 tracing::debug!(version = ?c.version(), controllers = ?c.controllers(), "cgroups")
@@ -166,7 +238,6 @@ impl LocalBackend {
             runtime,
             layout,
             base_env,
-            egress_env,
             config,
             sandboxes: Mutex::new(Registry::default()),
         })
@@ -370,7 +441,7 @@ impl Backend for LocalBackend {
                             .into(),
                     )
                 };
-                let config = self.config.egress.as_ref().ok_or_else(none)?;
+                let config = self.config.egress.as_ref().ok_or_else(none)?.get().await;
                 if config.policy.allowlist.is_empty() {
                     return Err(none());
                 }
@@ -404,8 +475,8 @@ impl Backend for LocalBackend {
             .map_err(|e| Error::sandbox_caused_by("could not create a sandbox", e))?;
         tracing::debug!(sandbox = %id, layers = ?jail.report(), "sandbox created");
         let mut env: BTreeMap<String, String> = self.base_env.iter().cloned().collect();
-        if egress.is_some() {
-            env.extend(self.egress_env.iter().cloned());
+        if let Some((config, _)) = &egress {
+            env.extend(egress_env(&config.index_env));
         }
         env.extend(spec.env);
         let files = match FileAreas::open(&jail, &self.layout.export_dirs) {

@@ -342,7 +342,10 @@ mod tests {
 
     #[test]
     fn no_id_no_answer() {
-        assert_eq!(scan(r#"{"method":"notifications/x","params":{"id":1}}"#), None);
+        assert_eq!(
+            scan(r#"{"method":"notifications/x","params":{"id":1}}"#),
+            None
+        );
         assert_eq!(scan(r#"[{"id":1}]"#), None);
         assert_eq!(scan(r#"{"id":{"a":1}}"#), None);
         assert_eq!(scan(r#"{"id":null}"#), None);
@@ -355,7 +358,10 @@ mod tests {
     fn undecodable_messages_get_the_spec_codes() {
         let code = |text: &str| diagnose(text.as_bytes()).map(|(id, e)| (id, e.code.0));
         assert_eq!(code("{not json"), Some((None, -32700)));
-        assert_eq!(code(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), Some((None, -32600)));
+        assert_eq!(
+            code(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#),
+            Some((None, -32600))
+        );
         assert_eq!(code("42"), Some((None, -32600)));
         assert_eq!(
             code(r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#),

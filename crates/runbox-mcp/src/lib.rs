@@ -13,10 +13,10 @@ mod audit;
 mod auth;
 mod caller;
 mod files;
-mod jsonrpc;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod jsonrpc;
 mod lifecycle;
 mod metrics;
 mod packages;
@@ -34,7 +34,7 @@ pub use caller::Caller;
 pub use metrics::{Metrics, Rejection};
 pub use profiles::{Profile, UnknownProfile};
 pub use resources::SANDBOX_FILE_TEMPLATE;
-pub use server::{INSTRUCTIONS, RunboxServer, ServerSettings};
+pub use server::{INSTRUCTIONS, PackageNetwork, RunboxServer, ServerSettings};
 pub use transport::{
     ConnectionLimits, HttpOptions, MAX_REQUEST_BYTES, SessionLimits, TransportError, http_app,
     serve_http, serve_stdio,

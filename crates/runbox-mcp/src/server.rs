@@ -55,7 +55,7 @@ pub struct ServerSettings {
     /// Whether sandboxes that compatibility profiles create for packages to be installed in
     /// (novita-tutorial's and mcp-code-sandbox's, as their seeds' sandboxes had a network) get
     /// network "allowlist": the operator's egress hosts. False when there are none.
-    pub package_network: bool,
+    pub package_network: PackageNetwork,
     /// Where every tool call is recorded, when the operator asked for an audit log.
     pub audit: Option<Arc<AuditLog>>,
     /// The server's metrics (shared with the transport, which serves and feeds them too).
@@ -70,10 +70,46 @@ impl Default for ServerSettings {
             tenant: "local".into(),
             data_dir: None,
             profile: Profile::Default,
-            package_network: false,
+            package_network: PackageNetwork::from(false),
             audit: None,
             metrics: Arc::new(Metrics::new()),
         }
+    }
+}
+
+/// Whether the server has egress hosts for packages: known at start, or found on first use
+/// (the host's package indexes are discovered only when something needs them, so that the
+/// server answers its first request at once).
+#[derive(Clone)]
+pub struct PackageNetwork(
+    Arc<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>,
+);
+
+impl PackageNetwork {
+    /// The answer `find` gives, asked each time it is needed (`find` caches what it finds).
+    pub fn later<F, Fut>(find: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = bool> + Send + 'static,
+    {
+        Self(Arc::new(move || Box::pin(find())))
+    }
+
+    /// Whether there is a network for packages.
+    pub async fn get(&self) -> bool {
+        (self.0)().await
+    }
+}
+
+impl From<bool> for PackageNetwork {
+    fn from(known: bool) -> Self {
+        Self::later(move || std::future::ready(known))
+    }
+}
+
+impl std::fmt::Debug for PackageNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PackageNetwork")
     }
 }
 

@@ -131,7 +131,10 @@ impl HttpOptions {
                     name.to_owned()
                 };
                 Some(match authority.port_u16() {
-                    Some(port) => vec![format!("http://{name}:{port}"), format!("https://{name}:{port}")],
+                    Some(port) => vec![
+                        format!("http://{name}:{port}"),
+                        format!("https://{name}:{port}"),
+                    ],
                     None => vec![format!("http://{name}:*"), format!("https://{name}:*")],
                 })
             })
@@ -308,7 +311,9 @@ pub async fn serve_http(
         tokio::spawn(async move {
             shutdown.cancelled().await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;
-            tracing::warn!("connections still open {SHUTDOWN_GRACE:?} after shutdown began; closing them");
+            tracing::warn!(
+                "connections still open {SHUTDOWN_GRACE:?} after shutdown began; closing them"
+            );
             force.cancel();
         })
     };

@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use runbox_core::{Backend, Registry, RegistryConfig};
-use runbox_local::{EgressConfig, LocalBackend};
-use runbox_mcp::{AuditLog, HttpOptions, Metrics, Rejection, RunboxServer, ServerSettings};
+use runbox_local::{Egress, EgressConfig, LocalBackend};
+use runbox_mcp::{
+    AuditLog, HttpOptions, Metrics, PackageNetwork, Rejection, RunboxServer, ServerSettings,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ServeArgs, ServeConfig, Transport};
@@ -35,41 +37,47 @@ pub(crate) async fn main(args: ServeArgs) -> u8 {
     }
 }
 
+/// What the egress proxy's policy is made from: the operator's settings.
+#[derive(Clone)]
+struct EgressSettings {
+    python: std::path::PathBuf,
+    hosts: Option<runbox_egress::Allowlist>,
+    addresses: Vec<runbox_egress::IpNet>,
+    metrics: Arc<Metrics>,
+}
+
 /// The egress proxy's policy: the operator's hosts, or those of this machine's pip and npm,
-/// with the package-index settings sandboxes need to use them.
-async fn egress_config(config: &ServeConfig, metrics: &Arc<Metrics>) -> EgressConfig {
+/// with the package-index settings sandboxes need to use them. Runs pip and npm and resolves
+/// names, so it is worked out on first use, never before the server answers.
+async fn egress_config(settings: EgressSettings) -> EgressConfig {
     let commands = runbox_egress::IndexCommands {
-        python: config
-            .engine
-            .python
-            .clone()
-            .unwrap_or_else(|| "python3".into()),
+        python: settings.python,
         npm: "npm".into(),
         ..Default::default()
     };
     // `--allow-host none`: no sandbox gets a network, so there is nothing to discover.
-    let found = match &config.egress_hosts {
+    let found = match &settings.hosts {
         Some(list) if list.is_empty() => runbox_egress::IndexHosts::default(),
         _ => runbox_egress::discover_index_hosts(&commands).await,
     };
-    let allowlist = match &config.egress_hosts {
+    let allowlist = match &settings.hosts {
         Some(list) => list.clone(),
         None => runbox_egress::Allowlist::parse(found.all()).unwrap_or_default(),
     };
-    let mut allow_addresses = config.egress_addresses.clone();
+    let mut allow_addresses = settings.addresses;
     allow_addresses.extend(index_addresses(&found, &allowlist).await);
     if allowlist.is_empty() {
         tracing::info!("no egress hosts: sandboxes cannot have network access");
     } else {
         tracing::info!(hosts = %allowlist, "sandboxes created with network \"allowlist\" may reach these hosts");
     }
+    let metrics = settings.metrics;
     EgressConfig {
         policy: runbox_egress::Policy::new(allowlist).with_allow_addresses(allow_addresses),
         index_env: found.env,
-        events: Some({
-            let metrics = Arc::clone(metrics);
-            Arc::new(move |d: &runbox_egress::Decision| metrics.egress(d.reason.as_str()))
-        }),
+        events: Some(Arc::new(move |d: &runbox_egress::Decision| {
+            metrics.egress(d.reason.as_str())
+        })),
     }
 }
 
@@ -129,16 +137,29 @@ async fn index_addresses(
 async fn local_backend(
     config: &ServeConfig,
     metrics: &Arc<Metrics>,
-) -> anyhow::Result<(Arc<dyn Backend>, bool)> {
+) -> anyhow::Result<(Arc<dyn Backend>, PackageNetwork)> {
     let mut local = config.engine.local_config(config.limits.clone());
     // The pool's sandboxes must not take the room of callers' sandboxes.
     local.max_sandboxes = config.max_sandboxes + config.pool;
     local.data_dir = config.data_dir.clone();
-    local.egress = Some(egress_config(config, metrics).await);
-    let package_network = local
-        .egress
-        .as_ref()
-        .is_some_and(|e| !e.policy.allowlist.is_empty());
+    let egress = Egress::later(egress_config(EgressSettings {
+        python: config
+            .engine
+            .python
+            .clone()
+            .unwrap_or_else(|| "python3".into()),
+        hosts: config.egress_hosts.clone(),
+        addresses: config.egress_addresses.clone(),
+        metrics: Arc::clone(metrics),
+    }));
+    local.egress = Some(egress.clone());
+    let package_network = match &config.egress_hosts {
+        Some(list) => PackageNetwork::from(!list.is_empty()),
+        None => PackageNetwork::later(move || {
+            let egress = egress.clone();
+            async move { !egress.get().await.policy.allowlist.is_empty() }
+        }),
+    };
     let backend = LocalBackend::new(local)
         .await
         .context("starting the local sandbox engine")?;
@@ -175,7 +196,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         None => None,
     };
     let (backend, package_network) = match &config.e2b {
-        Some(settings) => (e2b_backend(&config, settings)?, true),
+        Some(settings) => (e2b_backend(&config, settings)?, PackageNetwork::from(true)),
         None => local_backend(&config, &metrics).await?,
     };
     let registry = Registry::new(
@@ -221,6 +242,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .await
             .map_err(anyhow::Error::from),
         Transport::Http(addr) => {
+            let connections = connection_limits(&config);
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding {addr}"))?;
@@ -235,7 +257,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 allowed_origins: config.allowed_origins.clone(),
                 auth: auth.map(|(auth, _)| auth),
                 rate_limit: config.rate_limit,
-                connections: connection_limits(&config),
+                connections,
                 sessions: config.sessions.clone(),
                 ..Default::default()
             };

@@ -336,11 +336,8 @@ impl RunboxServer {
                 true,
             );
         };
-        match self
-            .registry()
-            .create(&caller.tenant, self.package_sandbox_request(&caller))
-            .await
-        {
+        let request = self.package_sandbox_request(&caller).await;
+        match self.registry().create(&caller.tenant, request).await {
             Ok((view, _)) => {
                 reservation.fill(view.id);
                 text_result(

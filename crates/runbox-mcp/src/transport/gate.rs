@@ -104,9 +104,7 @@ pub(crate) async fn gate(State(state): State<GateState>, req: Request, next: Nex
     };
     let req = Request::from_parts(parts, Body::from(bytes.clone()));
     if !req.headers().contains_key(SESSION_HEADER)
-        && let Some(why) = state
-            .book
-            .refusal(&tenant_of(&req, &state.default_tenant))
+        && let Some(why) = state.book.refusal(&tenant_of(&req, &state.default_tenant))
         && let Some(id) = initialize_id(&bytes)
     {
         state.metrics.rejected(Rejection::Sessions);

@@ -323,10 +323,7 @@ impl AsyncWrite for Watched {
         Pin::new(&mut self.stream).poll_flush(cx)
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 
@@ -368,14 +365,15 @@ async fn connection(
                     .oneshot(req.map(Body::new))
                     .await
                     .unwrap_or_else(|never| match never {});
-                Ok::<_, Infallible>(
-                    response.map(|body| Body::new(HeldBody::new(body, in_flight))),
-                )
+                Ok::<_, Infallible>(response.map(|body| Body::new(HeldBody::new(body, in_flight))))
             }
         })
     };
     let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(None);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(None);
     let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
     let mut closing = false;

@@ -593,9 +593,17 @@ mod tests {
         let ids: Vec<SessionId> = ["a", "b", "c", "d"].into_iter().map(Into::into).collect();
         book.open(&ids[0], "alice").unwrap();
         book.open(&ids[1], "alice").unwrap();
-        assert!(book.open(&ids[2], "alice").unwrap_err().contains("2 MCP sessions"));
+        assert!(
+            book.open(&ids[2], "alice")
+                .unwrap_err()
+                .contains("2 MCP sessions")
+        );
         book.open(&ids[2], "bob").unwrap();
-        assert!(book.open(&ids[3], "carol").unwrap_err().contains("maximum of 3"));
+        assert!(
+            book.open(&ids[3], "carol")
+                .unwrap_err()
+                .contains("maximum of 3")
+        );
         assert!(book.enter(&ids[0], "bob").is_none());
         let busy = book.enter(&ids[0], "alice").unwrap();
         let later = Instant::now() + Duration::from_secs(61);

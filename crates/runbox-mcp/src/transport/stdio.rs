@@ -130,7 +130,6 @@ where
             }
         }
     }
-
 }
 
 /// Queues an error answer; it is written before the next message is read.

@@ -97,7 +97,9 @@ pub(crate) fn resolve(
         )?,
     };
     let s = SessionLimits::default();
-    let per_tenant = args.max_sessions_per_tenant.or(file.max_sessions_per_tenant);
+    let per_tenant = args
+        .max_sessions_per_tenant
+        .or(file.max_sessions_per_tenant);
     let sessions = SessionLimits {
         max_sessions: count(
             "max_sessions",
