@@ -108,26 +108,26 @@ impl Egress {
             let sender = self.0.result.clone();
             let task = tokio::spawn(work);
             tokio::spawn(async move {
-                let config = task.await.unwrap_or_else(|e| {
-                    tracing::error!("finding the egress settings failed: {e}");
-                    EgressConfig {
-                        policy: runbox_egress::Policy::new(runbox_egress::Allowlist::default()),
-                        index_env: Vec::new(),
-                        events: None,
+                let config = match task.await {
+                    Ok(config) => Arc::new(config),
+                    Err(e) => {
+                        tracing::error!("finding the egress settings failed: {e}");
+                        no_hosts()
                     }
-                });
-                sender.send_replace(Some(Arc::new(config)));
+                };
+                sender.send_replace(Some(config));
             });
         }
         match result.wait_for(Option::is_some).await {
-            Ok(config) => config.clone().unwrap_or_else(|| unreachable_config()),
-            Err(_) => unreachable_config(),
+            Ok(config) => config.clone().unwrap_or_else(no_hosts),
+            // Unreachable: the sender lives as long as `self`.
+            Err(_) => no_hosts(),
         }
     }
 }
 
-/// What a closed watch would give: no hosts (the sender lives as long as the receivers).
-fn unreachable_config() -> Arc<EgressConfig> {
+/// Settings with no hosts: what is left when finding them failed.
+fn no_hosts() -> Arc<EgressConfig> {
     Arc::new(EgressConfig {
         policy: runbox_egress::Policy::new(runbox_egress::Allowlist::default()),
         index_env: Vec::new(),

@@ -288,11 +288,9 @@ impl IdScanner {
                     self.found = Some(None);
                 }
             }
-            b':' if self.depth == 1 => {
-                if self.id_key {
-                    self.id_key = false;
-                    self.value = Some(Vec::new());
-                }
+            b':' if self.depth == 1 && self.id_key => {
+                self.id_key = false;
+                self.value = Some(Vec::new());
             }
             b',' if self.depth == 1 => self.expect_key = true,
             _ => {}

@@ -1098,6 +1098,27 @@ mod tests {
     }
 
     #[test]
+    fn connection_and_session_limits_come_from_the_file_and_variables_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(
+            &path,
+            "stdio = true\nmax_connections = 64\nmax_connections_per_address = 8\n\
+             http_header_timeout = 3\nhttp_idle_timeout = 20\nmax_sessions = 10\n\
+             max_sessions_per_tenant = 4\nsession_idle_timeout = 120\n",
+        )
+        .unwrap();
+        let c = resolve(&["--config", path.to_str().unwrap(), "--max-sessions", "12"]).unwrap();
+        assert_eq!(c.connections.max_connections, 64);
+        assert_eq!(c.connections.max_connections_per_address, 8);
+        assert_eq!(c.connections.header_timeout, Duration::from_secs(3));
+        assert_eq!(c.connections.idle_timeout, Duration::from_secs(20));
+        assert_eq!(c.sessions.max_sessions, 12);
+        assert_eq!(c.sessions.max_sessions_per_tenant, Some(4));
+        assert_eq!(c.sessions.idle_timeout, Duration::from_secs(120));
+    }
+
+    #[test]
     fn the_audit_log_and_auth_come_from_the_file_too() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runbox.toml");

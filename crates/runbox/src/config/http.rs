@@ -118,3 +118,70 @@ pub(crate) fn resolve(
     };
     Ok((connections, sessions))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: HttpLimitArgs,
+    }
+
+    fn args(argv: &[&str]) -> HttpLimitArgs {
+        Wrapper::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn flags_win_over_the_file_over_the_defaults() {
+        let (c, s) = resolve(args(&[]), HttpLimitFile::default()).unwrap();
+        assert_eq!(c.max_connections, 1024);
+        assert_eq!(c.max_connections_per_address, 128);
+        assert_eq!(c.header_timeout, Duration::from_secs(10));
+        assert_eq!(c.idle_timeout, Duration::from_secs(60));
+        assert_eq!(s.max_sessions, 1000);
+        assert_eq!(s.max_sessions_per_tenant, None);
+        assert_eq!(s.idle_timeout, Duration::from_secs(600));
+
+        let file = HttpLimitFile {
+            max_connections: Some(50),
+            max_sessions: Some(7),
+            max_sessions_per_tenant: Some(2),
+            session_idle_timeout: Some(30.0),
+            http_idle_timeout: Some(5.0),
+            ..HttpLimitFile::default()
+        };
+        let (c, s) = resolve(
+            args(&["--max-connections", "9", "--http-header-timeout", "2.5"]),
+            file,
+        )
+        .unwrap();
+        assert_eq!(c.max_connections, 9);
+        assert_eq!(c.header_timeout, Duration::from_millis(2500));
+        assert_eq!(c.idle_timeout, Duration::from_secs(5));
+        assert_eq!(s.max_sessions, 7);
+        assert_eq!(s.max_sessions_per_tenant, Some(2));
+        assert_eq!(s.idle_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn zero_caps_and_timeouts_are_refused() {
+        for bad in [
+            ["--max-connections", "0"],
+            ["--max-connections-per-address", "0"],
+            ["--max-sessions", "0"],
+            ["--max-sessions-per-tenant", "0"],
+            ["--http-idle-timeout", "0"],
+            ["--session-idle-timeout=-1", ""],
+        ] {
+            let argv: Vec<&str> = bad.into_iter().filter(|a| !a.is_empty()).collect();
+            let e = resolve(args(&argv), HttpLimitFile::default()).unwrap_err();
+            let name = bad[0][2..].split('=').next().unwrap().replace('-', "_");
+            assert!(e.to_string().contains(&name), "{bad:?}: {e}");
+        }
+    }
+}
