@@ -115,28 +115,29 @@ impl Default for HttpOptions {
 
 impl HttpOptions {
     /// The `Origin`s accepted: the operator's, or else those of the allowed hosts (http and
-    /// https, any port).
+    /// https, any port unless the host names one).
     fn origins(&self) -> Vec<String> {
         if !self.allowed_origins.is_empty() {
             return self.allowed_origins.clone();
         }
         self.allowed_hosts
             .iter()
-            .filter_map(|host| {
-                let authority = host.parse::<axum::http::uri::Authority>().ok()?;
-                let name = authority.host();
+            .map(|host| {
+                let (name, port) = match host.parse::<axum::http::uri::Authority>() {
+                    Ok(a) => (a.host().to_owned(), a.port_u16()),
+                    // A bare IPv6 address (`::1`) is no authority.
+                    Err(_) => (host.clone(), None),
+                };
                 let name = if name.contains(':') && !name.starts_with('[') {
                     format!("[{name}]")
                 } else {
-                    name.to_owned()
+                    name
                 };
-                Some(match authority.port_u16() {
-                    Some(port) => vec![
-                        format!("http://{name}:{port}"),
-                        format!("https://{name}:{port}"),
-                    ],
-                    None => vec![format!("http://{name}:*"), format!("https://{name}:*")],
-                })
+                let port = port.map_or_else(|| "*".to_owned(), |p| p.to_string());
+                [
+                    format!("http://{name}:{port}"),
+                    format!("https://{name}:{port}"),
+                ]
             })
             .flatten()
             .collect()
@@ -328,4 +329,37 @@ pub async fn serve_http(
     .await;
     grace.abort();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allowed_hosts_give_the_default_origins() {
+        let options = HttpOptions {
+            allowed_hosts: vec![
+                "localhost".into(),
+                "::1".into(),
+                "runbox.example:8443".into(),
+            ],
+            ..HttpOptions::default()
+        };
+        assert_eq!(
+            options.origins(),
+            [
+                "http://localhost:*",
+                "https://localhost:*",
+                "http://[::1]:*",
+                "https://[::1]:*",
+                "http://runbox.example:8443",
+                "https://runbox.example:8443",
+            ]
+        );
+        let options = HttpOptions {
+            allowed_origins: vec!["https://app.example".into()],
+            ..options
+        };
+        assert_eq!(options.origins(), ["https://app.example"]);
+    }
 }

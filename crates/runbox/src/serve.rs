@@ -272,10 +272,12 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     result
 }
 
-/// Descriptors the server keeps for each sandbox it may hold: its control socket, a kernel's
-/// pipes and control socket per language, background processes' pipes, exported
+/// Descriptors the server keeps for each local sandbox it may hold: its control socket, a
+/// kernel's pipes and control socket per language, background processes' pipes, exported
 /// directories, and its egress proxy's tunnels (two sockets each).
 const FDS_PER_SANDBOX: u64 = 32 + 2 * runbox_egress::DEFAULT_MAX_TUNNELS as u64;
+/// Descriptors for each cloud sandbox: the connections of the calls in progress to it.
+const FDS_PER_CLOUD_SANDBOX: u64 = 8;
 /// Descriptors for everything else: the listener, logs, the tokens file, the runtime.
 const FDS_BASE: u64 = 256;
 /// Fewest connections served, whatever the descriptor budget.
@@ -307,7 +309,12 @@ fn connection_limits(config: &ServeConfig) -> runbox_mcp::ConnectionLimits {
     let mut limits = config.connections.clone();
     let files = raise_open_files();
     let sandboxes = (config.max_sandboxes + config.pool) as u64;
-    let reserved = FDS_BASE + FDS_PER_SANDBOX * sandboxes;
+    let per_sandbox = if config.e2b.is_some() {
+        FDS_PER_CLOUD_SANDBOX
+    } else {
+        FDS_PER_SANDBOX
+    };
+    let reserved = FDS_BASE + per_sandbox * sandboxes;
     let budget = usize::try_from(files.saturating_sub(reserved)).unwrap_or(usize::MAX);
     if limits.max_connections > budget {
         let cap = budget.max(MIN_CONNECTIONS);
