@@ -122,7 +122,7 @@ impl HttpOptions {
         }
         self.allowed_hosts
             .iter()
-            .map(|host| {
+            .flat_map(|host| {
                 let (name, port) = match host.parse::<axum::http::uri::Authority>() {
                     Ok(a) => (a.host().to_owned(), a.port_u16()),
                     // A bare IPv6 address (`::1`) is no authority.
@@ -139,7 +139,6 @@ impl HttpOptions {
                     format!("https://{name}:{port}"),
                 ]
             })
-            .flatten()
             .collect()
     }
 }
