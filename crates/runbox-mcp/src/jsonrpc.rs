@@ -104,56 +104,43 @@ fn mib(bytes: usize) -> String {
     }
 }
 
-/// The methods of MCP requests a client sends, whose params rmcp decodes into a type: a
-/// request for one of them that rmcp could not decode came with params that do not fit.
-const CLIENT_METHODS: [&str; 18] = [
-    "initialize",
-    "ping",
-    "completion/complete",
-    "logging/setLevel",
-    "prompts/get",
-    "prompts/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "tools/call",
-    "tools/list",
-    "tasks/get",
-    "tasks/list",
-    "tasks/result",
-    "tasks/cancel",
-    "server/discover",
-];
-
 /// For a request rmcp could not decode as the MCP request its method names (it then arrives
-/// as a custom request): the `-32602` that says which field is wrong. `None` for a method
-/// MCP does not have.
-pub(crate) fn invalid_params(method: &str, params: Option<&Value>) -> Option<ErrorData> {
-    if !CLIENT_METHODS.contains(&method) {
+/// as a custom request): the `-32602` that says which field of its params is wrong. `None`
+/// when its params do fit, or the method is not one the request's revision has (`stateless`:
+/// 2026-07-28 or later, which removed `initialize`, `resources/subscribe`, ...): "method not
+/// found".
+pub(crate) fn invalid_params(
+    method: &str,
+    params: Option<&Value>,
+    stateless: bool,
+) -> Option<ErrorData> {
+    use rmcp::model::{
+        CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams,
+        InitializeRequestParams, ReadResourceRequestParams, SubscribeRequestParams,
+        UnsubscribeRequestParams,
+    };
+    let params = params.cloned().unwrap_or(Value::Null);
+    let removed = ["initialize", "resources/subscribe", "resources/unsubscribe"];
+    if stateless && removed.contains(&method) {
         return None;
     }
-    let params = params.cloned().unwrap_or(Value::Null);
-    let field = match method {
-        "tools/call" => field_error::<rmcp::model::CallToolRequestParams>(params),
-        "resources/read" => field_error::<rmcp::model::ReadResourceRequestParams>(params),
-        "prompts/get" => field_error::<rmcp::model::GetPromptRequestParams>(params),
-        "initialize" => field_error::<rmcp::model::InitializeRequestParams>(params),
+    let (path, e) = match method {
+        "tools/call" => field_error::<CallToolRequestParams>(params),
+        "resources/read" => field_error::<ReadResourceRequestParams>(params),
+        "prompts/get" => field_error::<GetPromptRequestParams>(params),
+        "initialize" => field_error::<InitializeRequestParams>(params),
+        "completion/complete" => field_error::<CompleteRequestParams>(params),
+        "resources/subscribe" => field_error::<SubscribeRequestParams>(params),
+        "resources/unsubscribe" => field_error::<UnsubscribeRequestParams>(params),
         _ => None,
-    };
-    let message = match field {
-        Some((path, e)) if path == "." => {
-            format!("the params of {method} do not fit it: {e}; fix them and send it again")
-        }
-        Some((path, e)) => format!(
+    }?;
+    let message = if path == "." {
+        format!("the params of {method} do not fit it: {e}; fix them and send it again")
+    } else {
+        format!(
             "the params of {method} do not fit it: `{path}`: {e}; fix that field and send it \
              again"
-        ),
-        None => format!(
-            "the params of {method} do not fit it (see the MCP schema of {method}); fix them and \
-             send it again"
-        ),
+        )
     };
     Some(ErrorData::new(ErrorCode::INVALID_PARAMS, message, None))
 }
@@ -373,10 +360,18 @@ mod tests {
         let e = invalid_params(
             "tools/call",
             Some(&serde_json::json!({"name": "run_code", "arguments": "print(1)"})),
+            true,
         )
         .unwrap();
         assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
         assert!(e.message.contains("`arguments`"), "{}", e.message);
-        assert!(invalid_params("my/method", None).is_none());
+        assert!(invalid_params("my/method", None, false).is_none());
+        // Params that fit: the method itself was not taken (a removed one), not its params.
+        let fits = serde_json::json!({"uri": "data://x"});
+        assert!(invalid_params("resources/subscribe", Some(&fits), false).is_none());
+        let wrong = serde_json::json!({"uri": 3});
+        assert!(invalid_params("resources/subscribe", Some(&wrong), false).is_some());
+        // A method the stateless revision removed is not found, whatever its params.
+        assert!(invalid_params("resources/subscribe", Some(&wrong), true).is_none());
     }
 }

@@ -853,10 +853,13 @@ impl ServerHandler for RunboxServer {
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        let stateless = context
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
         Err(
-            crate::jsonrpc::invalid_params(&request.method, request.params.as_ref())
+            crate::jsonrpc::invalid_params(&request.method, request.params.as_ref(), stateless)
                 .unwrap_or_else(|| {
                     ErrorData::new(
                         rmcp::model::ErrorCode::METHOD_NOT_FOUND,
