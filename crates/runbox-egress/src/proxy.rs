@@ -1,4 +1,6 @@
-//! The proxy: accept a connection, read one request, decide, connect, splice. One task per
+//! The proxy: accept a connection, read one request, decide, connect, then splice (a
+//! `CONNECT` tunnel) or forward that one request and its answer (plain HTTP: the connection
+//! carries no second request, which would reach the upstream unchecked). One task per
 //! connection, all owned by the accept loop, so stopping the loop closes every tunnel.
 
 use std::future::Future;
@@ -15,7 +17,7 @@ use tracing::Instrument;
 
 use crate::decision::{Decision, EventSink, Reason, record};
 use crate::policy::MAX_HEAD_BYTES;
-use crate::request::{HeadError, Request, read_request};
+use crate::request::{ChunkedEnd, Framing, HeadError, Request, read_request};
 use crate::{Denial, Host, Policy};
 
 /// The answer to a `CONNECT` the proxy let through.
@@ -203,15 +205,17 @@ async fn connection(
         },
     );
 
-    let spliced = async {
-        match &request.forward {
-            None => client.write_all(ESTABLISHED).await?,
-            Some(head) => upstream.write_all(head).await?,
+    let spliced = match &request.forward {
+        None => {
+            async {
+                client.write_all(ESTABLISHED).await?;
+                upstream.write_all(&request.rest).await?;
+                tokio::io::copy_bidirectional(&mut client, &mut upstream).await
+            }
+            .await
         }
-        upstream.write_all(&request.rest).await?;
-        tokio::io::copy_bidirectional(&mut client, &mut upstream).await
-    }
-    .await;
+        Some(head) => forward_one(&mut client, &mut upstream, head, &request).await,
+    };
     match spliced {
         Ok((sent, received)) => tracing::debug!(
             target: "runbox_egress",
@@ -221,6 +225,92 @@ async fn connection(
             target: "runbox_egress",
             host = %request.host, port = request.port, %error, "tunnel ended with an error"
         ),
+    }
+}
+
+/// Forwards one plain-HTTP request, its head and exactly its body, and relays the answer
+/// until the upstream closes (the head asked it to). Whatever the client sends after the body
+/// is never forwarded: a second request on the connection would reach this upstream without
+/// being checked against the allowlist, so the client gets one answer per connection.
+async fn forward_one(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    head: &[u8],
+    request: &Request,
+) -> std::io::Result<(u64, u64)> {
+    let (mut client_read, mut client_write) = client.split();
+    let (mut upstream_read, mut upstream_write) = upstream.split();
+    let up = async {
+        upstream_write.write_all(head).await?;
+        send_body(
+            &mut client_read,
+            &mut upstream_write,
+            request.framing,
+            &request.rest,
+        )
+        .await
+    };
+    let down = tokio::io::copy(&mut upstream_read, &mut client_write);
+    tokio::pin!(up, down);
+    let mut sent = None;
+    loop {
+        tokio::select! {
+            r = &mut up, if sent.is_none() => sent = Some(r?),
+            r = &mut down => return Ok((sent.unwrap_or(0), r?)),
+        }
+    }
+}
+
+/// Copies a request body framed by `framing` from `early` (bytes read with the head) and then
+/// `client` to `upstream`, and nothing past its end.
+async fn send_body<R, W>(
+    client: &mut R,
+    upstream: &mut W,
+    framing: Framing,
+    early: &[u8],
+) -> std::io::Result<u64>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    match framing {
+        Framing::None => Ok(0),
+        Framing::Length(length) => {
+            let first = usize::try_from(length)
+                .unwrap_or(usize::MAX)
+                .min(early.len());
+            upstream.write_all(&early[..first]).await?;
+            let left = length - first as u64;
+            let copied = tokio::io::copy(&mut client.take(left), upstream).await?;
+            Ok(first as u64 + copied)
+        }
+        Framing::Chunked => {
+            let mut end = ChunkedEnd::default();
+            let invalid = |e: HeadError| {
+                let why = match e {
+                    HeadError::Malformed(why) => why,
+                    other => format!("{other:?}"),
+                };
+                std::io::Error::new(std::io::ErrorKind::InvalidData, why)
+            };
+            let mut sent = 0u64;
+            let mut buf = vec![0u8; 16 * 1024];
+            let mut piece: &[u8] = early;
+            loop {
+                let found = end.feed(piece).map_err(invalid)?;
+                let take = found.unwrap_or(piece.len());
+                upstream.write_all(&piece[..take]).await?;
+                sent += take as u64;
+                if found.is_some() {
+                    return Ok(sent);
+                }
+                let n = client.read(&mut buf).await?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                piece = &buf[..n];
+            }
+        }
     }
 }
 

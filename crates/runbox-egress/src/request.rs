@@ -1,5 +1,9 @@
 //! Reading a proxy request head (`httparse`) and turning it into a destination plus what to
-//! send upstream: nothing for `CONNECT`, the origin-form request for plain HTTP.
+//! send upstream: nothing for `CONNECT`, the origin-form request for plain HTTP with how its
+//! body is framed. A plain-HTTP request whose framing is ambiguous (both `Content-Length` and
+//! `Transfer-Encoding`, two different lengths, an encoding that does not end in `chunked`) is
+//! refused: the proxy and the upstream server could disagree on where the body ends, and the
+//! bytes after it would reach the upstream as a request the proxy never checked.
 
 use http::uri::{Authority, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -30,8 +34,21 @@ pub(crate) struct Request {
     pub port: u16,
     /// `None` for `CONNECT`; for plain HTTP, the request head to send upstream.
     pub forward: Option<Vec<u8>>,
+    /// How the body of a plain-HTTP request ends ([`Framing::None`] for `CONNECT`).
+    pub framing: Framing,
     /// Bytes the client sent after the head (a body, or early tunnel data), to pass on.
     pub rest: Vec<u8>,
+}
+
+/// Where the body of a plain-HTTP request ends (RFC 9112 section 6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// No body.
+    None,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding: up to the last chunk and its trailers.
+    Chunked,
 }
 
 /// Why no request came.
@@ -99,6 +116,7 @@ fn parse(buf: &[u8]) -> Result<Option<Request>, HeadError> {
             host,
             port,
             forward: None,
+            framing: Framing::None,
             rest,
         }));
     }
@@ -125,6 +143,7 @@ fn parse(buf: &[u8]) -> Result<Option<Request>, HeadError> {
     };
     let host = host_of(authority)?;
     let port = authority.port_u16().unwrap_or(80);
+    let framing = framing(req.headers)?;
     let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
     let path = if path.starts_with('/') {
         path.to_owned()
@@ -155,8 +174,146 @@ fn parse(buf: &[u8]) -> Result<Option<Request>, HeadError> {
         host,
         port,
         forward: Some(head),
+        framing,
         rest,
     }))
+}
+
+/// How a request's body is framed, from its `Content-Length` and `Transfer-Encoding`
+/// headers; anything a server could read another way is refused.
+fn framing(headers: &[httparse::Header<'_>]) -> Result<Framing, HeadError> {
+    let mut length: Option<u64> = None;
+    let mut codings: Vec<String> = Vec::new();
+    for header in headers {
+        let value = std::str::from_utf8(header.value)
+            .map_err(|_| malformed("a framing header is not ASCII".into()))?;
+        if header.name.eq_ignore_ascii_case("content-length") {
+            for item in value.split(',') {
+                let item = item.trim();
+                let n = (!item.is_empty() && item.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| item.parse::<u64>().ok())
+                    .flatten()
+                    .ok_or_else(|| {
+                        malformed(format!(
+                            "Content-Length `{}` is not a length",
+                            printable(item)
+                        ))
+                    })?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(malformed(
+                        "the request has two different Content-Length values".into(),
+                    ));
+                }
+                length = Some(n);
+            }
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            codings.extend(
+                value
+                    .split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .filter(|c| !c.is_empty()),
+            );
+        }
+    }
+    match (length, codings.last()) {
+        (Some(_), Some(_)) => Err(malformed(
+            "the request has both Content-Length and Transfer-Encoding; send one of them".into(),
+        )),
+        (None, Some(last)) if last == "chunked" => Ok(Framing::Chunked),
+        (None, Some(_)) => Err(malformed(
+            "a request's Transfer-Encoding must end in chunked".into(),
+        )),
+        (Some(n), None) => Ok(Framing::Length(n)),
+        (None, None) => Ok(Framing::None),
+    }
+}
+
+/// Finds the end of a chunked body in the bytes that pass through it.
+#[derive(Debug, Default)]
+pub(crate) struct ChunkedEnd {
+    state: ChunkState,
+    /// The size line or trailer line being read.
+    line: Vec<u8>,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    /// Reading a chunk-size line.
+    #[default]
+    Size,
+    /// Inside chunk data, this many bytes left.
+    Data(u64),
+    /// The CRLF after chunk data; this many of its bytes seen.
+    DataEnd(u8),
+    /// Reading trailer lines after the last chunk.
+    Trailers,
+}
+
+/// Longest chunk-size or trailer line accepted.
+const MAX_CHUNK_LINE: usize = 4096;
+
+impl ChunkedEnd {
+    /// Feeds the next bytes of the body: `Ok(Some(n))` when the body ends after the first
+    /// `n` of them, `Ok(None)` when it goes on past them.
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Result<Option<usize>, HeadError> {
+        let mut i = 0;
+        while i < bytes.len() {
+            match self.state {
+                ChunkState::Data(left) => {
+                    let take = usize::try_from(left)
+                        .unwrap_or(usize::MAX)
+                        .min(bytes.len() - i);
+                    i += take;
+                    let left = left - take as u64;
+                    self.state = if left == 0 {
+                        ChunkState::DataEnd(0)
+                    } else {
+                        ChunkState::Data(left)
+                    };
+                }
+                ChunkState::DataEnd(seen) => {
+                    let expected = if seen == 0 { b'\r' } else { b'\n' };
+                    if bytes[i] != expected {
+                        return Err(malformed("chunk data is not followed by CRLF".into()));
+                    }
+                    i += 1;
+                    self.state = if seen == 0 {
+                        ChunkState::DataEnd(1)
+                    } else {
+                        ChunkState::Size
+                    };
+                }
+                ChunkState::Size | ChunkState::Trailers => {
+                    let byte = bytes[i];
+                    i += 1;
+                    self.line.push(byte);
+                    if self.line.len() > MAX_CHUNK_LINE {
+                        return Err(malformed("a chunk line is too long".into()));
+                    }
+                    if byte != b'\n' {
+                        continue;
+                    }
+                    let line = std::mem::take(&mut self.line);
+                    if self.state == ChunkState::Trailers {
+                        if line == b"\r\n" {
+                            return Ok(Some(i));
+                        }
+                        continue;
+                    }
+                    let size = match httparse::parse_chunk_size(&line) {
+                        Ok(httparse::Status::Complete((_, size))) => size,
+                        _ => return Err(malformed("a chunk size line is malformed".into())),
+                    };
+                    self.state = if size == 0 {
+                        ChunkState::Trailers
+                    } else {
+                        ChunkState::Data(size)
+                    };
+                }
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// The header names a `Connection` header lists: also hop-by-hop.
@@ -267,6 +424,73 @@ mod tests {
         );
         let head = String::from_utf8(r.forward.unwrap()).unwrap();
         assert!(head.contains("Content-Length: 2\r\n"), "{head}");
+    }
+
+    #[test]
+    fn bodies_are_framed_by_length_or_chunks() {
+        let r = parse_ok("POST http://example.org/ HTTP/1.1\r\nContent-Length: 12\r\n\r\n");
+        assert_eq!(r.framing, Framing::Length(12));
+        let r = parse_ok("POST http://example.org/ HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n");
+        assert_eq!(r.framing, Framing::Length(3));
+        let r = parse_ok(
+            "POST http://example.org/ HTTP/1.1\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n",
+        );
+        assert_eq!(r.framing, Framing::Chunked);
+        assert_eq!(
+            parse_ok("GET http://example.org/ HTTP/1.1\r\n\r\n").framing,
+            Framing::None
+        );
+    }
+
+    #[test]
+    fn ambiguous_framing_is_refused() {
+        for (head, says) in [
+            (
+                "POST http://example.org/ HTTP/1.1\r\nContent-Length: 4\r\n\
+                 Transfer-Encoding: chunked\r\n\r\n",
+                "both Content-Length and Transfer-Encoding",
+            ),
+            (
+                "POST http://example.org/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\
+                 Content-Length: 4\r\n\r\n",
+                "both Content-Length and Transfer-Encoding",
+            ),
+            (
+                "POST http://example.org/ HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n",
+                "two different Content-Length",
+            ),
+            (
+                "POST http://example.org/ HTTP/1.1\r\nContent-Length: +4\r\n\r\n",
+                "not a length",
+            ),
+            (
+                "POST http://example.org/ HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+                "must end in chunked",
+            ),
+        ] {
+            let why = parse_err(head);
+            assert!(why.contains(says), "{head:?}: {why}");
+        }
+    }
+
+    #[test]
+    fn the_end_of_a_chunked_body_is_found_across_pieces() {
+        let body =
+            b"4\r\nWiki\r\n5;ext=1\r\npedia\r\n0\r\nX-Trailer: 1\r\n\r\nGET http://evil.test/";
+        let end = body.len() - "GET http://evil.test/".len();
+        for split in 0..body.len() {
+            let mut c = ChunkedEnd::default();
+            let first = c.feed(&body[..split]).unwrap();
+            let found = match first {
+                Some(n) => n,
+                None => split + c.feed(&body[split..]).unwrap().unwrap(),
+            };
+            assert_eq!(found, end, "split at {split}");
+        }
+        let mut c = ChunkedEnd::default();
+        assert!(c.feed(b"zz\r\n").is_err());
+        let mut c = ChunkedEnd::default();
+        assert!(c.feed(b"2\r\nabXY").is_err());
     }
 
     #[test]

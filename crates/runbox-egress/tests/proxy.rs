@@ -390,6 +390,110 @@ async fn plain_http_is_forwarded_in_origin_form_without_proxy_headers() {
     assert!(proxy.last_decision().allowed());
 }
 
+/// An upstream that takes one connection, reads one request head and `body` more bytes,
+/// answers `ok` without closing, and then reports every further byte that reaches it before
+/// a pause: what a keep-alive server that ignores `Connection: close` would serve next.
+async fn one_request_upstream(body: usize) -> (u16, tokio::task::JoinHandle<(String, Vec<u8>)>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        let mut request = String::from_utf8(head).unwrap();
+        request.push_str(&String::from_utf8(read_exact_owned(&mut stream, body).await).unwrap());
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        let mut more = vec![0u8; 4096];
+        let extra = match timeout(Duration::from_millis(300), stream.read(&mut more)).await {
+            Ok(Ok(n)) => more[..n].to_vec(),
+            _ => Vec::new(),
+        };
+        (request, extra)
+    });
+    (port, task)
+}
+
+#[tokio::test]
+async fn plain_http_carries_one_request_per_connection() {
+    // A second request after the first one's body (pipelined, or smuggled past a length)
+    // names a host the allowlist refuses: it must never reach the first request's upstream.
+    let smuggled = "GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n";
+    for (first, body) in [
+        (
+            "GET http://web.test:PORT/ HTTP/1.1\r\nHost: web.test\r\n\r\n",
+            "",
+        ),
+        (
+            "POST http://web.test:PORT/ HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+            "hello",
+        ),
+        (
+            "POST http://web.test:PORT/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+             5\r\nhello\r\n0\r\n\r\n",
+            "5\r\nhello\r\n0\r\n\r\n",
+        ),
+    ] {
+        let (port, upstream) = one_request_upstream(body.len()).await;
+        let resolver =
+            MapResolver::new(&[("web.test", &["127.0.0.1"]), ("evil.test", &["127.0.0.1"])]);
+        let proxy = Proxy::start(with_loopback_exception(policy(
+            &[&format!("web.test:{port}")],
+            resolver,
+        )))
+        .await;
+        let mut client = proxy.connect().await;
+        let request = format!("{}{smuggled}", first.replace("PORT", &port.to_string()));
+        client.write_all(request.as_bytes()).await.unwrap();
+        let (seen, extra) = upstream.await.unwrap();
+        assert!(seen.ends_with(body), "{seen}");
+        assert!(
+            extra.is_empty(),
+            "the upstream got a second request: {}",
+            String::from_utf8_lossy(&extra)
+        );
+        let answer = read_to_end(&mut client).await;
+        assert_eq!(answer, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        assert_eq!(proxy.decisions().len(), 1, "{:?}", proxy.decisions());
+    }
+}
+
+#[tokio::test]
+async fn plain_http_with_ambiguous_framing_is_refused_unconnected() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let resolver = MapResolver::new(&[("web.test", &["127.0.0.1"])]);
+    let proxy = Proxy::start(with_loopback_exception(policy(
+        &[&format!("web.test:{port}")],
+        resolver,
+    )))
+    .await;
+    for framing in [
+        "Content-Length: 5\r\nTransfer-Encoding: chunked",
+        "Transfer-Encoding: chunked\r\nContent-Length: 5",
+        "Content-Length: 5\r\nContent-Length: 6",
+        "Transfer-Encoding: chunked, identity",
+    ] {
+        let request = format!(
+            "POST http://web.test:{port}/ HTTP/1.1\r\n{framing}\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+        );
+        let answer = proxy.ask(request.as_bytes()).await;
+        assert_eq!(
+            status(&answer),
+            "HTTP/1.1 400 Bad Request",
+            "{framing}: {answer}"
+        );
+        assert_eq!(proxy.last_decision().reason, Reason::BadRequest);
+    }
+    assert_no_connection(&listener).await;
+}
+
 async fn read_exact_owned(stream: &mut TcpStream, len: usize) -> Vec<u8> {
     let mut buf = vec![0u8; len];
     stream.read_exact(&mut buf).await.unwrap();

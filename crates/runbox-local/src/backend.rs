@@ -40,7 +40,7 @@ pub struct LocalConfig {
     /// The operator's data files, mounted read-only at `/data` in every sandbox.
     pub data_dir: Option<PathBuf>,
     /// Network access for sandboxes that ask for it; `None`: no sandbox gets any.
-    pub egress: Option<EgressConfig>,
+    pub egress: Option<Egress>,
 }
 
 /// How sandboxes with network access reach out: through a proxy of the server's, per
@@ -59,6 +59,84 @@ pub struct EgressConfig {
 /// Receives every egress decision with the sandbox whose proxy made it. Called on the
 /// proxies' tasks: it must return quickly and never block.
 pub type EgressEventSink = Arc<dyn Fn(&SandboxId, &runbox_egress::Decision) + Send + Sync>;
+/// [`EgressConfig`], ready or worked out on first use: finding the host's package indexes
+/// runs pip and npm and resolves names, which a server should not wait for before it answers
+/// its first request (most sessions never ask for a network). The first sandbox that asks
+/// for one starts the work and waits for it; later ones get the result.
+#[derive(Clone)]
+pub struct Egress(Arc<EgressInner>);
+
+struct EgressInner {
+    /// The work, until someone needs its result.
+    start: Mutex<Option<std::pin::Pin<Box<dyn Future<Output = EgressConfig> + Send>>>>,
+    result: tokio::sync::watch::Sender<Option<Arc<EgressConfig>>>,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Egress")
+            .field(&*self.0.result.borrow())
+            .finish()
+    }
+}
+
+impl Egress {
+    /// Settings known now.
+    pub fn ready(config: EgressConfig) -> Self {
+        Self(Arc::new(EgressInner {
+            start: Mutex::new(None),
+            result: tokio::sync::watch::Sender::new(Some(Arc::new(config))),
+        }))
+    }
+
+    /// Settings `work` finds, once something needs them.
+    pub fn later(work: impl Future<Output = EgressConfig> + Send + 'static) -> Self {
+        Self(Arc::new(EgressInner {
+            start: Mutex::new(Some(Box::pin(work))),
+            result: tokio::sync::watch::Sender::new(None),
+        }))
+    }
+
+    /// The settings: started now if nothing asked before, and waited for.
+    pub async fn get(&self) -> Arc<EgressConfig> {
+        let mut result = self.0.result.subscribe();
+        let work = self
+            .0
+            .start
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(work) = work {
+            // In a task of its own, so that a caller that gives up does not stop it.
+            let sender = self.0.result.clone();
+            let task = tokio::spawn(work);
+            tokio::spawn(async move {
+                let config = match task.await {
+                    Ok(config) => Arc::new(config),
+                    Err(e) => {
+                        tracing::error!("finding the egress settings failed: {e}");
+                        no_hosts()
+                    }
+                };
+                sender.send_replace(Some(config));
+            });
+        }
+        match result.wait_for(Option::is_some).await {
+            Ok(config) => config.clone().unwrap_or_else(no_hosts),
+            // Unreachable: the sender lives as long as `self`.
+            Err(_) => no_hosts(),
+        }
+    }
+}
+
+/// Settings with no hosts: what is left when finding them failed.
+fn no_hosts() -> Arc<EgressConfig> {
+    Arc::new(EgressConfig {
+        policy: runbox_egress::Policy::new(runbox_egress::Allowlist::default()),
+        index_env: Vec::new(),
+        events: None,
+    })
+}
 
 impl std::fmt::Debug for EgressConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -105,8 +183,6 @@ pub struct LocalBackend {
     runtime: Runtime,
     layout: Layout,
     base_env: Vec<(String, String)>,
-    /// What a sandbox with network access gets on top of `base_env`.
-    egress_env: Vec<(String, String)>,
     config: LocalConfig,
     sandboxes: Mutex<Registry>,
 }
@@ -152,11 +228,6 @@ impl LocalBackend {
             data_dir.as_deref(),
         );
         let base_env = Layout::base_env(&runtime);
-        let egress_env = config
-            .egress
-            .as_ref()
-            .map(|e| egress_env(&e.index_env))
-            .unwrap_or_default();
         match host.cgroups() {
             Ok(c) => {
                 tracing::debug!(version = ?c.version(), controllers = ?c.controllers(), "cgroups")
@@ -176,7 +247,6 @@ impl LocalBackend {
             runtime,
             layout,
             base_env,
-            egress_env,
             config,
             sandboxes: Mutex::new(Registry::default()),
         })
@@ -385,7 +455,7 @@ impl Backend for LocalBackend {
                             .into(),
                     )
                 };
-                let config = self.config.egress.as_ref().ok_or_else(none)?;
+                let config = self.config.egress.as_ref().ok_or_else(none)?.get().await;
                 if config.policy.allowlist.is_empty() {
                     return Err(none());
                 }
@@ -423,8 +493,8 @@ impl Backend for LocalBackend {
             .map_err(|e| Error::sandbox_caused_by("could not create a sandbox", e))?;
         tracing::debug!(sandbox = %id, layers = ?jail.report(), "sandbox created");
         let mut env: BTreeMap<String, String> = self.base_env.iter().cloned().collect();
-        if egress.is_some() {
-            env.extend(self.egress_env.iter().cloned());
+        if let Some((config, _)) = &egress {
+            env.extend(egress_env(&config.index_env));
         }
         env.extend(spec.env);
         let files = match FileAreas::open(&jail, &self.layout.export_dirs) {

@@ -22,7 +22,7 @@ pub mod runtime;
 mod sandbox;
 mod transpile;
 
-pub use backend::{Diagnostics, EgressConfig, EgressEventSink, LocalBackend, LocalConfig};
+pub use backend::{Diagnostics, Egress, EgressConfig, EgressEventSink, LocalBackend, LocalConfig};
 #[cfg(feature = "fuzzing")]
 pub use files::fuzzing;
 pub use runtime::{Interpreter, InterpreterPaths, Runtime};

@@ -18,6 +18,7 @@ mod files;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod jsonrpc;
 mod lenient;
 mod lifecycle;
 mod logging;
@@ -41,8 +42,9 @@ pub use caller::Caller;
 pub use metrics::{Metrics, Rejection};
 pub use profiles::{Profile, UnknownProfile};
 pub use resources::SANDBOX_FILE_TEMPLATE;
-pub use server::{INSTRUCTIONS, RunboxServer, ServerSettings};
+pub use server::{INSTRUCTIONS, PackageNetwork, RunboxServer, ServerSettings};
 pub use tasks::TaskSettings;
 pub use transport::{
-    HttpOptions, MAX_REQUEST_BYTES, TransportError, http_app, serve_http, serve_stdio,
+    ConnectionLimits, HttpOptions, MAX_REQUEST_BYTES, SessionLimits, TransportError, http_app,
+    serve_http, serve_stdio,
 };

@@ -9,7 +9,10 @@
 //! | `runbox_runs_total` | counter | `language` (python, javascript, typescript, bash, command), `outcome` (ok, error, timeout, cancelled, failed, refused) |
 //! | `runbox_run_duration_seconds` | histogram | `language` |
 //! | `runbox_tool_calls_total` | counter | `tool`, `outcome` (ok, error, invalid) |
-//! | `runbox_rejected_requests_total` | counter | `reason`: unauthenticated, rate_limited, tenant_sandboxes, tenant_runs, server_sandboxes, server_runs |
+//! | `runbox_rejected_requests_total` | counter | `reason`: unauthenticated, rate_limited, tenant_sandboxes, tenant_runs, server_sandboxes, server_runs, connections, sessions, too_large |
+//! | `runbox_http_connections` | gauge | |
+//! | `runbox_sessions` | gauge | |
+//! | `runbox_sessions_expired_total` | counter | |
 //! | `runbox_egress_decisions_total` | counter | `decision`: allowed, or why the proxy refused |
 
 use std::sync::Mutex;
@@ -64,6 +67,12 @@ pub enum Rejection {
     RateLimited,
     /// A quota refused the request.
     Quota(Limit),
+    /// A connection past the caps on HTTP connections (HTTP 503).
+    Connections,
+    /// An `initialize` past the caps on MCP sessions (HTTP 503).
+    Sessions,
+    /// A message larger than the server reads (HTTP 413).
+    TooLarge,
 }
 
 impl Rejection {
@@ -72,6 +81,9 @@ impl Rejection {
             Rejection::Unauthenticated => "unauthenticated",
             Rejection::RateLimited => "rate_limited",
             Rejection::Quota(limit) => limit.as_str(),
+            Rejection::Connections => "connections",
+            Rejection::Sessions => "sessions",
+            Rejection::TooLarge => "too_large",
         }
     }
 }
@@ -122,6 +134,9 @@ pub struct Metrics {
     tool_calls: Family<Tool, Counter>,
     rejected: Family<Reason, Counter>,
     egress: Family<Egress, Counter>,
+    connections: Gauge,
+    sessions: Gauge,
+    sessions_expired: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -149,6 +164,20 @@ impl Metrics {
         let tool_calls = Family::<Tool, Counter>::default();
         let rejected = Family::<Reason, Counter>::default();
         let egress = Family::<Egress, Counter>::default();
+        let connections = Gauge::default();
+        let sessions = Gauge::default();
+        let sessions_expired = Counter::default();
+        reg.register(
+            "http_connections",
+            "HTTP connections open now",
+            connections.clone(),
+        );
+        reg.register("sessions", "MCP sessions live now", sessions.clone());
+        reg.register(
+            "sessions_expired",
+            "MCP sessions closed for being idle",
+            sessions_expired.clone(),
+        );
         reg.register(
             "sandboxes",
             "Sandboxes alive now, by state",
@@ -193,6 +222,9 @@ impl Metrics {
             Rejection::Quota(Limit::TenantRuns),
             Rejection::Quota(Limit::Sandboxes),
             Rejection::Quota(Limit::Runs),
+            Rejection::Connections,
+            Rejection::Sessions,
+            Rejection::TooLarge,
         ] {
             drop(rejected.get_or_create(&Reason {
                 reason: reason.as_str(),
@@ -207,7 +239,25 @@ impl Metrics {
             tool_calls,
             rejected,
             egress,
+            connections,
+            sessions,
+            sessions_expired,
         }
+    }
+
+    /// Sets the number of open HTTP connections.
+    pub fn set_connections(&self, n: usize) {
+        self.connections.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Sets the number of live MCP sessions.
+    pub fn set_sessions(&self, n: usize) {
+        self.sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a session closed for being idle.
+    pub fn session_expired(&self) {
+        self.sessions_expired.inc();
     }
 
     /// Counts a run that ended (or was refused) after `elapsed`.

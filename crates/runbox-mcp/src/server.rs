@@ -62,7 +62,7 @@ pub struct ServerSettings {
     /// Whether sandboxes that compatibility profiles create for packages to be installed in
     /// (novita-tutorial's and mcp-code-sandbox's, as their seeds' sandboxes had a network) get
     /// network "allowlist": the operator's egress hosts. False when there are none.
-    pub package_network: bool,
+    pub package_network: PackageNetwork,
     /// Where every tool call is recorded, when the operator asked for an audit log.
     pub audit: Option<Arc<AuditLog>>,
     /// The server's metrics (shared with the transport, which serves and feeds them too).
@@ -81,12 +81,48 @@ impl Default for ServerSettings {
             tenant: "local".into(),
             data_dir: None,
             profile: Profile::Default,
-            package_network: false,
+            package_network: PackageNetwork::from(false),
             audit: None,
             metrics: Arc::new(Metrics::new()),
             tasks: TaskSettings::default(),
             message_limit: crate::budget::DEFAULT_MESSAGE_LIMIT,
         }
+    }
+}
+
+/// Whether the server has egress hosts for packages: known at start, or found on first use
+/// (the host's package indexes are discovered only when something needs them, so that the
+/// server answers its first request at once).
+#[derive(Clone)]
+pub struct PackageNetwork(
+    Arc<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>,
+);
+
+impl PackageNetwork {
+    /// The answer `find` gives, asked each time it is needed (`find` caches what it finds).
+    pub fn later<F, Fut>(find: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = bool> + Send + 'static,
+    {
+        Self(Arc::new(move || Box::pin(find())))
+    }
+
+    /// Whether there is a network for packages.
+    pub async fn get(&self) -> bool {
+        (self.0)().await
+    }
+}
+
+impl From<bool> for PackageNetwork {
+    fn from(known: bool) -> Self {
+        Self::later(move || std::future::ready(known))
+    }
+}
+
+impl std::fmt::Debug for PackageNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PackageNetwork")
     }
 }
 
@@ -1145,6 +1181,28 @@ impl ServerHandler for RunboxServer {
             log.finish(answered_sandbox(&result)).await;
         }
         result
+    }
+
+    /// A request rmcp could not decode as the MCP request its method names arrives here:
+    /// its params do not fit, which is `-32602` naming the field (not "method not found").
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        let stateless = context
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        Err(
+            crate::jsonrpc::invalid_params(&request.method, request.params.as_ref(), stateless)
+                .unwrap_or_else(|| {
+                    ErrorData::new(
+                        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                        request.method.clone(),
+                        None,
+                    )
+                }),
+        )
     }
 
     fn get_info(&self) -> ServerConfig {

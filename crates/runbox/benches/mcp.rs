@@ -155,6 +155,83 @@ async fn file_round_trips(client: &Client, n: usize, size: usize) -> Vec<Duratio
     t
 }
 
+/// Start-up of `serve --stdio` as a desktop client sees it: from spawning the process to the
+/// answer to `initialize`.
+async fn stdio_starts(n: usize) -> Vec<Duration> {
+    let mut t = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let transport = TokioChildProcess::builder(command(&["--stdio", "--pool", "0"]))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+            .0;
+        let client =
+            ().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+                .await
+                .unwrap();
+        t.push(start.elapsed());
+        client.cancel().await.unwrap();
+    }
+    t
+}
+
+/// Back-to-back `tools/call`s on one kept-alive HTTP connection in a 2025-11-25 session,
+/// each answer read to its end (an answer written in two pieces waits for the client's
+/// delayed ACK unless the server sets TCP_NODELAY).
+async fn keep_alive_round_trips(url: &str, n: usize) -> Vec<Duration> {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let post = |body: String, session: Option<String>| {
+        let mut req = http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.send()
+    };
+    let r = post(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#.into(),
+        None,
+    )
+    .await
+    .unwrap();
+    let session = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    r.text().await.unwrap();
+    post(
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(),
+        Some(session.clone()),
+    )
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    let mut t = Vec::with_capacity(n);
+    for i in 0..n + 5 {
+        let body = json!({"jsonrpc": "2.0", "id": i + 2, "method": "tools/call",
+            "params": {"name": "list_sandboxes", "arguments": {}}});
+        let start = Instant::now();
+        let answer = post(body.to_string(), Some(session.clone()))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if i >= 5 {
+            t.push(start.elapsed());
+        }
+        assert!(answer.contains("\"result\""), "{answer}");
+    }
+    t
+}
+
 async fn one_shots(client: &Client, n: usize, pause: Duration) -> Vec<Duration> {
     let mut t = Vec::with_capacity(n);
     for _ in 0..n {
@@ -205,6 +282,12 @@ async fn main() {
         String::new(),
     ));
 
+    rows.push((
+        "serve --stdio: spawn to initialize answered".into(),
+        stats(stdio_starts(10).await),
+        "package indexes are found on first use; goal < 200 ms".into(),
+    ));
+
     let client = stdio(&["--pool", "0"]).await;
     rows.push((
         "warm run_code round trip, stdio".into(),
@@ -240,6 +323,11 @@ async fn main() {
     client.cancel().await.unwrap();
 
     let (mut server, url) = http_server(&["--pool", "0", "--max-sandboxes", "20"]).await;
+    rows.push((
+        "back-to-back tools/call, one keep-alive connection, HTTP 2025-11-25".into(),
+        stats(keep_alive_round_trips(&url, n).await),
+        "TCP_NODELAY: no delayed-ACK wait".into(),
+    ));
     for (label, mode) in [
         ("2026-07-28", modern()),
         ("2025-11-25", ClientLifecycleMode::Initialize),

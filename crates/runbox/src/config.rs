@@ -14,6 +14,8 @@ use serde::Deserialize;
 
 use crate::cli::EngineArgs;
 
+mod http;
+
 /// Flags of `runbox serve`. Unset flags fall back to the config file, then to defaults.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -231,6 +233,9 @@ pub(crate) struct ServeArgs {
     pub(crate) pass_through_env: Vec<String>,
 
     #[command(flatten)]
+    pub(crate) http_limits: http::HttpLimitArgs,
+
+    #[command(flatten)]
     pub(crate) engine: EngineArgs,
 }
 
@@ -238,6 +243,13 @@ pub(crate) struct ServeArgs {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    max_connections: Option<usize>,
+    max_connections_per_address: Option<usize>,
+    http_header_timeout: Option<f64>,
+    http_idle_timeout: Option<f64>,
+    max_sessions: Option<usize>,
+    max_sessions_per_tenant: Option<usize>,
+    session_idle_timeout: Option<f64>,
     stdio: Option<bool>,
     backend: Option<BackendKind>,
     e2b_domain: Option<String>,
@@ -526,6 +538,10 @@ pub(crate) struct ServeConfig {
     pub(crate) rate_limit: Option<u32>,
     /// Limits on task-augmented calls.
     pub(crate) tasks: runbox_mcp::TaskSettings,
+    /// Caps and timeouts of HTTP connections.
+    pub(crate) connections: runbox_mcp::ConnectionLimits,
+    /// Caps and expiry of MCP sessions.
+    pub(crate) sessions: runbox_mcp::SessionLimits,
     /// The audit log, and whether it records code.
     pub(crate) audit_log: Option<PathBuf>,
     pub(crate) audit_code: bool,
@@ -772,6 +788,18 @@ impl ServeConfig {
             },
             lookup: None,
         };
+        let (connections, sessions) = http::resolve(
+            args.http_limits,
+            http::HttpLimitFile {
+                max_connections: file.max_connections,
+                max_connections_per_address: file.max_connections_per_address,
+                http_header_timeout: file.http_header_timeout,
+                http_idle_timeout: file.http_idle_timeout,
+                max_sessions: file.max_sessions,
+                max_sessions_per_tenant: file.max_sessions_per_tenant,
+                session_idle_timeout: file.session_idle_timeout,
+            },
+        )?;
         let rate_limit = args.rate_limit.or(file.rate_limit);
         if rate_limit == Some(0) {
             bail!("rate_limit must be at least 1 request a minute");
@@ -924,6 +952,8 @@ impl ServeConfig {
             quotas,
             rate_limit,
             tasks,
+            connections,
+            sessions,
             audit_log,
             audit_code,
             engine,
@@ -1230,6 +1260,27 @@ mod tests {
             c.engine.local_config(Limits::default()).jail.cgroups,
             runbox_jail::CgroupMode::Disabled
         );
+    }
+
+    #[test]
+    fn connection_and_session_limits_come_from_the_file_and_variables_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(
+            &path,
+            "stdio = true\nmax_connections = 64\nmax_connections_per_address = 8\n\
+             http_header_timeout = 3\nhttp_idle_timeout = 20\nmax_sessions = 10\n\
+             max_sessions_per_tenant = 4\nsession_idle_timeout = 120\n",
+        )
+        .unwrap();
+        let c = resolve(&["--config", path.to_str().unwrap(), "--max-sessions", "12"]).unwrap();
+        assert_eq!(c.connections.max_connections, 64);
+        assert_eq!(c.connections.max_connections_per_address, 8);
+        assert_eq!(c.connections.header_timeout, Duration::from_secs(3));
+        assert_eq!(c.connections.idle_timeout, Duration::from_secs(20));
+        assert_eq!(c.sessions.max_sessions, 12);
+        assert_eq!(c.sessions.max_sessions_per_tenant, Some(4));
+        assert_eq!(c.sessions.idle_timeout, Duration::from_secs(120));
     }
 
     #[test]

@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use runbox_core::{Backend, EventKind, Registry, RegistryConfig, SandboxId};
-use runbox_local::{EgressConfig, LocalBackend};
-use runbox_mcp::{AuditLog, HttpOptions, Metrics, Rejection, RunboxServer, ServerSettings};
+use runbox_local::{Egress, EgressConfig, LocalBackend};
+use runbox_mcp::{
+    AuditLog, HttpOptions, Metrics, PackageNetwork, Rejection, RunboxServer, ServerSettings,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ServeArgs, ServeConfig, Transport};
@@ -53,32 +55,36 @@ async fn forward_refusals(
     }
 }
 
-/// The egress proxy's policy: the operator's hosts, or those of this machine's pip and npm,
-/// with the package-index settings sandboxes need to use them.
-async fn egress_config(
-    config: &ServeConfig,
-    metrics: &Arc<Metrics>,
+/// What the egress proxy's policy is made from: the operator's settings, and where its
+/// decisions go.
+#[derive(Clone)]
+struct EgressSettings {
+    python: std::path::PathBuf,
+    hosts: Option<runbox_egress::Allowlist>,
+    addresses: Vec<runbox_egress::IpNet>,
+    metrics: Arc<Metrics>,
     refusals: Refusals,
-) -> EgressConfig {
+}
+
+/// The egress proxy's policy: the operator's hosts, or those of this machine's pip and npm,
+/// with the package-index settings sandboxes need to use them. Runs pip and npm and resolves
+/// names, so it is worked out on first use, never before the server answers.
+async fn egress_config(settings: EgressSettings) -> EgressConfig {
     let commands = runbox_egress::IndexCommands {
-        python: config
-            .engine
-            .python
-            .clone()
-            .unwrap_or_else(|| "python3".into()),
+        python: settings.python,
         npm: "npm".into(),
         ..Default::default()
     };
     // `--allow-host none`: no sandbox gets a network, so there is nothing to discover.
-    let found = match &config.egress_hosts {
+    let found = match &settings.hosts {
         Some(list) if list.is_empty() => runbox_egress::IndexHosts::default(),
         _ => runbox_egress::discover_index_hosts(&commands).await,
     };
-    let allowlist = match &config.egress_hosts {
+    let allowlist = match &settings.hosts {
         Some(list) => list.clone(),
         None => runbox_egress::Allowlist::parse(found.all()).unwrap_or_default(),
     };
-    let mut allow_addresses = config.egress_addresses.clone();
+    let mut allow_addresses = settings.addresses;
     allow_addresses.extend(index_addresses(&found, &allowlist).await);
     if allowlist.is_empty() {
         tracing::info!("no egress hosts: sandboxes cannot have network access");
@@ -89,7 +95,8 @@ async fn egress_config(
         policy: runbox_egress::Policy::new(allowlist).with_allow_addresses(allow_addresses),
         index_env: found.env,
         events: Some({
-            let metrics = Arc::clone(metrics);
+            let metrics = settings.metrics;
+            let refusals = settings.refusals;
             Arc::new(move |id: &SandboxId, d: &runbox_egress::Decision| {
                 metrics.egress(d.reason.as_str());
                 if !d.allowed() {
@@ -163,16 +170,30 @@ async fn local_backend(
     config: &ServeConfig,
     metrics: &Arc<Metrics>,
     refusals: Refusals,
-) -> anyhow::Result<(Arc<dyn Backend>, bool)> {
+) -> anyhow::Result<(Arc<dyn Backend>, PackageNetwork)> {
     let mut local = config.engine.local_config(config.limits.clone());
     // The pool's sandboxes must not take the room of callers' sandboxes.
     local.max_sandboxes = config.max_sandboxes + config.pool;
     local.data_dir = config.data_dir.clone();
-    local.egress = Some(egress_config(config, metrics, refusals).await);
-    let package_network = local
-        .egress
-        .as_ref()
-        .is_some_and(|e| !e.policy.allowlist.is_empty());
+    let egress = Egress::later(egress_config(EgressSettings {
+        python: config
+            .engine
+            .python
+            .clone()
+            .unwrap_or_else(|| "python3".into()),
+        hosts: config.egress_hosts.clone(),
+        addresses: config.egress_addresses.clone(),
+        metrics: Arc::clone(metrics),
+        refusals,
+    }));
+    local.egress = Some(egress.clone());
+    let package_network = match &config.egress_hosts {
+        Some(list) => PackageNetwork::from(!list.is_empty()),
+        None => PackageNetwork::later(move || {
+            let egress = egress.clone();
+            async move { !egress.get().await.policy.allowlist.is_empty() }
+        }),
+    };
     let backend = LocalBackend::new(local)
         .await
         .context("starting the local sandbox engine")?;
@@ -210,7 +231,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     };
     let (refusals, refused) = tokio::sync::mpsc::channel(REFUSALS_BUFFER);
     let (backend, package_network) = match &config.e2b {
-        Some(settings) => (e2b_backend(&config, settings)?, true),
+        Some(settings) => (e2b_backend(&config, settings)?, PackageNetwork::from(true)),
         None => local_backend(&config, &metrics, refusals).await?,
     };
     let registry = Registry::new(
@@ -260,6 +281,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .await
             .map_err(anyhow::Error::from),
         Transport::Http(addr) => {
+            let connections = connection_limits(&config);
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding {addr}"))?;
@@ -274,10 +296,12 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 allowed_origins: config.allowed_origins.clone(),
                 auth: auth.map(|(auth, _)| auth),
                 rate_limit: config.rate_limit,
+                connections,
+                sessions: config.sessions.clone(),
                 ..Default::default()
             };
             let app = runbox_mcp::http_app(server, &options, shutdown.child_token());
-            runbox_mcp::serve_http(listener, app, shutdown.clone())
+            runbox_mcp::serve_http(listener, app, &options, metrics, shutdown.clone())
                 .await
                 .map_err(anyhow::Error::from)
         }
@@ -285,6 +309,67 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     tracing::info!("shutting down: closing every sandbox");
     registry.shutdown().await;
     result
+}
+
+/// Descriptors the server keeps for each local sandbox it may hold: its control socket, a
+/// kernel's pipes and control socket per language, background processes' pipes, exported
+/// directories, and its egress proxy's tunnels (two sockets each).
+const FDS_PER_SANDBOX: u64 = 32 + 2 * runbox_egress::DEFAULT_MAX_TUNNELS as u64;
+/// Descriptors for each cloud sandbox: the connections of the calls in progress to it.
+const FDS_PER_CLOUD_SANDBOX: u64 = 8;
+/// Descriptors for everything else: the listener, logs, the tokens file, the runtime.
+const FDS_BASE: u64 = 256;
+/// Fewest connections served, whatever the descriptor budget.
+const MIN_CONNECTIONS: usize = 16;
+
+/// Raises the soft limit on open files to the hard one: each HTTP connection and each
+/// sandbox holds descriptors. The limit in force after.
+fn raise_open_files() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(e) => {
+                tracing::warn!("cannot raise the open-files limit from {soft} to {hard}: {e}");
+                soft
+            }
+        },
+        Ok((soft, _)) => soft,
+        Err(e) => {
+            tracing::warn!("cannot read the open-files limit: {e}");
+            1024
+        }
+    }
+}
+
+/// The connection limits, with the cap on connections lowered so that, with every
+/// connection open, the descriptors every sandbox needs are still free.
+fn connection_limits(config: &ServeConfig) -> runbox_mcp::ConnectionLimits {
+    let mut limits = config.connections.clone();
+    let files = raise_open_files();
+    let sandboxes = (config.max_sandboxes + config.pool) as u64;
+    let per_sandbox = if config.e2b.is_some() {
+        FDS_PER_CLOUD_SANDBOX
+    } else {
+        FDS_PER_SANDBOX
+    };
+    let reserved = FDS_BASE + per_sandbox * sandboxes;
+    let budget = usize::try_from(files.saturating_sub(reserved)).unwrap_or(usize::MAX);
+    if limits.max_connections > budget {
+        let cap = budget.max(MIN_CONNECTIONS);
+        tracing::warn!(
+            open_files = files,
+            reserved,
+            "the open-files limit leaves room for {cap} HTTP connections beside {sandboxes} \
+             sandboxes, fewer than the {} asked for; raise the limit (ulimit -n) to serve more",
+            limits.max_connections
+        );
+        limits.max_connections = cap;
+    }
+    limits.max_connections_per_address = limits
+        .max_connections_per_address
+        .min(limits.max_connections);
+    limits
 }
 
 async fn watch_signals(shutdown: CancellationToken) {

@@ -258,3 +258,71 @@ async fn the_hosts_loopback_is_never_reached_even_when_listed() {
     assert!(e.contains("--allow-host"), "{e}");
     client.cancel().await.unwrap();
 }
+
+#[tokio::test]
+async fn stdio_answers_before_the_package_indexes_are_found() {
+    // An `npm` that, asked for its registry, waits until the test lets it answer.
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    nix::unistd::mkfifo(&gate, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let started = dir.path().join("npm-started");
+    let npm = dir.path().join("npm");
+    std::fs::write(
+        &npm,
+        format!(
+            "#!/bin/sh\ntouch '{}'\ncat '{}' >/dev/null\necho https://registry.test.invalid/\n",
+            started.display(),
+            gate.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&npm, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = serve_command(&["--stdio", "--pool", "0"]);
+    command.env("PATH", path);
+    let transport = rmcp::transport::TokioChildProcess::builder(command)
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap()
+        .0;
+
+    // The lookup cannot finish (npm waits for the gate), and initialize is answered: well
+    // within the 30 s a lookup may take before it is given up.
+    use rmcp::service::ClientServiceExt;
+    let client = tokio::time::timeout(
+        Duration::from_secs(20),
+        Recorder::default().serve_with_lifecycle(transport, lifecycle(Revision::Legacy)),
+    )
+    .await
+    .expect("initialize waited for the package-index lookup")
+    .unwrap();
+    assert!(
+        !started.exists(),
+        "the indexes were looked up before anything needed them"
+    );
+
+    // The first sandbox that asks for a network starts the lookup and gets its hosts.
+    let release = tokio::spawn(async move {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while !started.exists() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("npm was never asked");
+        tokio::task::spawn_blocking(move || std::fs::write(&gate, b"go").unwrap())
+            .await
+            .unwrap();
+    });
+    let created = create(&client, json!({"network": "allowlist"}))
+        .await
+        .unwrap();
+    release.await.unwrap();
+    let hosts = created["allowed_hosts"].to_string();
+    assert!(hosts.contains("registry.test.invalid"), "{created}");
+    client.cancel().await.unwrap();
+}

@@ -215,7 +215,7 @@ impl RunboxServer {
         let ran = match self.run_timeout(None) {
             Ok(timeout) => {
                 let req = ExecRequest::new(language, code, timeout);
-                let sandbox = self.package_sandbox_request(caller);
+                let sandbox = self.package_sandbox_request(caller).await;
                 self.run_fresh(caller, sandbox, Work::Code(req), ctx).await
             }
             Err(e) => Err(e),

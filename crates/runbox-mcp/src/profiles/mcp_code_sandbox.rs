@@ -344,11 +344,8 @@ impl RunboxServer {
         let Some(reservation) = self.sessions().reserve(&caller.tenant, &session) else {
             return text_result(format!("Sandbox with session ID {session} already exists."));
         };
-        match self
-            .registry()
-            .create(&caller.tenant, self.package_sandbox_request(&caller))
-            .await
-        {
+        let request = self.package_sandbox_request(&caller).await;
+        match self.registry().create(&caller.tenant, request).await {
             Ok((view, _)) => {
                 reservation.fill(view.id);
                 text_result(format!(
@@ -545,7 +542,7 @@ impl RunboxServer {
             Err(e) => return failed(&e),
         };
         let req = ExecRequest::new(Language::Python, args.code, timeout);
-        let sandbox = self.package_sandbox_request(&caller);
+        let sandbox = self.package_sandbox_request(&caller).await;
         match self
             .run_fresh(&caller, sandbox, Work::Code(req), &ctx)
             .await

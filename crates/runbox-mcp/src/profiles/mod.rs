@@ -123,10 +123,10 @@ impl RunboxServer {
     /// What a profile whose seed could install packages (novita-tutorial, mcp-code-sandbox)
     /// asks for when creating a sandbox: network "allowlist" (the operator's egress hosts,
     /// the package indexes by default) when the server has any, none otherwise.
-    pub(crate) fn package_sandbox_request(&self, caller: &crate::Caller) -> CreateRequest {
+    pub(crate) async fn package_sandbox_request(&self, caller: &crate::Caller) -> CreateRequest {
         CreateRequest {
             credential: caller.credential.clone(),
-            network: if self.settings().package_network {
+            network: if self.settings().package_network.get().await {
                 Network::Allowlist(Vec::new())
             } else {
                 Network::None

@@ -218,11 +218,8 @@ impl RunboxServer {
         &self,
         Extension(caller): Extension<Caller>,
     ) -> CallToolResult {
-        match self
-            .registry()
-            .create(&caller.tenant, self.package_sandbox_request(&caller))
-            .await
-        {
+        let request = self.package_sandbox_request(&caller).await;
+        match self.registry().create(&caller.tenant, request).await {
             Ok((view, _)) => str_result(format!(
                 "Successfully created sandbox. Sandbox ID: {}",
                 view.id
@@ -327,7 +324,7 @@ impl RunboxServer {
     )]
     async fn novita_instructions_for_sandbox_use(&self) -> GetPromptResult {
         let idle = self.registry().config().default_idle_timeout.as_secs();
-        let install = if self.settings().package_network {
+        let install = if self.settings().package_network.get().await {
             " (the sandbox reaches the package indexes this server allows, nothing else)"
         } else {
             " (this server gives sandboxes no network access, so an install fails: use what is \
