@@ -385,6 +385,18 @@ impl LocalSandbox {
                     return Err(Error::InvalidRequest(format!("{language} has no kernel")));
                 };
                 let mut slot = slot.lock().await;
+                // A kernel that died since the last run (killed, out of memory) is found
+                // now, so that this run, which gets a fresh one, says the state is gone.
+                let mut lost_since = None;
+                if let Some(k) = slot.kernel.as_mut()
+                    && let Some(why) = k.lost_since_last_run(&self.jail).await
+                {
+                    // Whatever it left running in its process group goes with it.
+                    k.kill(&self.jail).await;
+                    slot.kernel = None;
+                    slot.lost = false;
+                    lost_since = Some(why);
+                }
                 let was_lost = slot.lost;
                 let kernel = self
                     .live_kernel(&mut slot, runtime, language, settings)
@@ -393,7 +405,17 @@ impl LocalSandbox {
                     .run(&self.jail, req, ctx, &self.limits, settings.interrupt_grace)
                     .await;
                 let mut outcome = report.outcome;
-                if was_lost {
+                if let Some(why) = lost_since {
+                    outcome.kernel_restarted = true;
+                    outcome.notes.insert(
+                        0,
+                        format!(
+                            "The {language} kernel was lost after the previous run (it {why}); \
+                             this run started a fresh one, so variables, imports and definitions \
+                             from earlier runs are gone."
+                        ),
+                    );
+                } else if was_lost {
                     slot.lost = false;
                     outcome.notes.insert(
                         0,

@@ -634,3 +634,83 @@ async fn plots_arrive_as_image_content() {
     assert!(text(&r).contains("(also as text/html)"), "{}", text(&r));
     client.cancel().await.unwrap();
 }
+
+async fn run_in(client: &Client, id: &str, code: &str) -> Value {
+    let r = call(client, "run_code", json!({"sandbox_id": id, "code": code})).await;
+    structured(&r)
+}
+
+/// Waits (up to a minute) until the sandbox no longer lists a running Python kernel.
+async fn wait_for_python_to_die(client: &Client, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = call(client, "get_sandbox_status", json!({"sandbox_id": id})).await;
+        assert!(!is_error(&r), "{}", text(&r));
+        if !structured(&r)["kernels"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("python"))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the kernel did not die: {}",
+            text(&r)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_kernel_that_died_between_runs_is_reported_by_the_next_run() {
+    let (client, _) = stdio_client(&["--pool", "0"], Revision::Stateless).await;
+    let r = call(&client, "create_sandbox", json!({})).await;
+    let id = structured(&r)["sandbox_id"].as_str().unwrap().to_owned();
+    let s = run_in(&client, &id, "import os\nx = 41\nos.getpid()").await;
+    let pid = s["results"][0]["data"]["text/plain"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Killed from outside between two runs: the next run says so, not the one after.
+    let r = call(
+        &client,
+        "run_command",
+        json!({"sandbox_id": id, "command": format!("kill -9 {pid}")}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let s = run_in(&client, &id, "x + 1").await;
+    assert_eq!(s["kernel_restarted"], true, "{s}");
+    let notes = s["notes"].to_string();
+    assert!(notes.contains("lost after the previous run"), "{notes}");
+    assert!(notes.contains("signal 9"), "{notes}");
+    assert_eq!(s["error"]["name"], "NameError", "{s}");
+    let s = run_in(&client, &id, "x = 1\nx + 1").await;
+    assert_eq!(s["kernel_restarted"], false, "{s}");
+    assert_eq!(s["notes"], json!([]), "{s}");
+    assert_eq!(s["results"][0]["data"]["text/plain"], "2", "{s}");
+
+    // Out of memory between runs (a thread the last run left behind), where the sandbox's
+    // memory is measured (cgroups): the next run says the memory limit killed it.
+    let r = call(&client, "get_sandbox_status", json!({"sandbox_id": id})).await;
+    if structured(&r)["memory_bytes"].is_null() {
+        client.cancel().await.unwrap();
+        return;
+    }
+    let s = run_in(
+        &client,
+        &id,
+        "import threading, time\nkept = []\ndef hog():\n    time.sleep(0.2)\n    while True:\n        \
+         kept.append(b'x' * (64 << 20))\nthreading.Thread(target=hog, daemon=True).start()",
+    )
+    .await;
+    assert_eq!(s["error"], Value::Null, "{s}");
+    wait_for_python_to_die(&client, &id).await;
+    let s = run_in(&client, &id, "'fresh'").await;
+    assert_eq!(s["kernel_restarted"], true, "{s}");
+    let notes = s["notes"].to_string();
+    assert!(notes.contains("ran out of memory"), "{notes}");
+    assert_eq!(s["results"][0]["data"]["text/plain"], "'fresh'", "{s}");
+    client.cancel().await.unwrap();
+}

@@ -103,6 +103,9 @@ pub(crate) struct Kernel {
     stdout: tokio_pipe::Receiver,
     stderr: tokio_pipe::Receiver,
     version: String,
+    /// The sandbox's OOM kill count when the last run ended, to tell a kernel the memory
+    /// limit killed between runs from one killed otherwise.
+    oom_after_run: Option<u64>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -173,6 +176,7 @@ impl Kernel {
             stdout: out.reader,
             stderr: err.reader,
             version: String::new(),
+            oom_after_run: jail.usage().oom_kills,
         };
         match tokio::time::timeout(timeout, kernel.wait_ready()).await {
             Ok(Ok(version)) => {
@@ -229,6 +233,43 @@ impl Kernel {
             }
         }
         self.exited.is_none()
+    }
+
+    /// Whether the kernel died since its last run (killed, out of memory, exited from a
+    /// thread of its own): `Some(why)`, checked before a run so that the run itself can
+    /// say the state is gone. Its end of the control socket closing tells at once, before
+    /// the init has reaped it and reported its exit.
+    pub(crate) async fn lost_since_last_run(&mut self, jail: &Jail) -> Option<String> {
+        if self.is_alive() && !self.control_closed() {
+            return None;
+        }
+        let oom =
+            matches!((self.oom_after_run, jail.usage().oom_kills), (Some(a), Some(b)) if b > a);
+        Some(if oom {
+            "ran out of memory (the sandbox's memory limit was reached) and was killed".to_owned()
+        } else {
+            self.wait_exit_reason().await
+        })
+    }
+
+    /// Whether the kernel's end of the control socket is closed (every process holding it
+    /// has ended). Peeks without consuming or waiting; a kernel that wrote something
+    /// between runs is alive.
+    fn control_closed(&self) -> bool {
+        use nix::sys::socket::{MsgFlags, recv};
+        let fd = self.ctrl_r.half.as_ref().as_fd();
+        let mut byte = [0u8; 1];
+        loop {
+            return match recv(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                &mut byte,
+                MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(0) => true,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) | Err(_) => false,
+            };
+        }
     }
 
     /// After the control channel closed: how the process ended, if it says so soon.
@@ -364,6 +405,7 @@ impl Kernel {
         let cause = watchdog.cause();
         watchdog.record(&mut outcome, "was interrupted");
         let kernel_alive = died.is_none();
+        self.oom_after_run = jail.usage().oom_kills;
         if let Some(reason) = died {
             let oom = matches!((oom_before, jail.usage().oom_kills), (Some(a), Some(b)) if b > a);
             let lang = self.language;
