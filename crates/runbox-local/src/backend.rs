@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runbox_core::{
-    Backend, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, FileContent,
-    FileWritten, InstallRequest, Language, Limits, Listing, Network, ProcessId, ProcessInfo,
-    ProcessOutput, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus, Work,
+    Backend, BackgroundActivity, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest,
+    FileContent, FileWritten, InstallRequest, Language, Limits, Listing, Network, ProcessId,
+    ProcessInfo, ProcessOutput, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus,
+    Work,
 };
 use runbox_jail::{JailHost, JailHostConfig, LayerReport};
 
@@ -543,6 +544,10 @@ impl Backend for LocalBackend {
         Self::check_env(&req.env)?;
         let sb = self.get(id)?;
         sb.start_process(&self.runtime, &req).await
+    }
+
+    async fn background_activity(&self, id: &SandboxId) -> Result<BackgroundActivity, Error> {
+        Ok(self.get(id)?.processes.activity())
     }
 
     async fn read_process(

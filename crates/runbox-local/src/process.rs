@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use runbox_core::{CommandRequest, Error, ProcessId, ProcessInfo, ProcessOutput};
+use runbox_core::{
+    BackgroundActivity, CommandRequest, Error, ProcessId, ProcessInfo, ProcessOutput,
+};
 use runbox_jail::Jail;
 use tokio::io::AsyncReadExt;
 use tokio::sync::Notify;
@@ -30,6 +32,9 @@ struct Pending {
     stderr: Vec<u8>,
     dropped: u64,
     exit_code: Option<i32>,
+    /// When the process ended and every writer of its pipes (children it left behind
+    /// included) had closed them: until then it keeps its sandbox from being idle.
+    ended_at: Option<std::time::Instant>,
 }
 
 impl Pending {
@@ -137,6 +142,20 @@ impl Processes {
         self.all().values().map(|(id, b)| b.info(id)).collect()
     }
 
+    /// Whether one of the processes runs, or when the last one ended.
+    pub(crate) fn activity(&self) -> BackgroundActivity {
+        let all = self.all();
+        let mut last = None;
+        for (_, b) in all.values() {
+            let p = b.pending();
+            if p.ended_at.is_none() {
+                return BackgroundActivity::Running;
+            }
+            last = last.max(p.ended_at);
+        }
+        BackgroundActivity::Ended(last)
+    }
+
     /// Starts `req.command` with `bash -c` in the background.
     pub(crate) async fn start(
         &self,
@@ -223,6 +242,9 @@ impl Processes {
                     }
                 }
                 bg.changed.notify_waiters();
+            }
+            if let Some(bg) = weak.upgrade() {
+                bg.pending().ended_at = Some(std::time::Instant::now());
             }
         });
         *bg.collector.lock().unwrap_or_else(PoisonError::into_inner) = Some(collector);
