@@ -154,7 +154,9 @@ async fn control_flood(backend: &LocalBackend) -> (Duration, f64, f64, Duration,
     let (took, cpu) = (t.elapsed(), own_cpu() - cpu);
     let (now, peak) = own_memory();
     backend.close(&id).await.unwrap();
-    (cpu, now - rss, peak - rss, took, o.notes)
+    let mut said = o.notes;
+    said.extend(o.error.map(|e| format!("{}: {}", e.name, e.value)));
+    (cpu, now - rss, peak - rss, took, said)
 }
 
 #[tokio::main]
