@@ -7,8 +7,9 @@
 //! existed. A sandbox expires when it has been idle (no call in progress, no background
 //! process running) for its timeout; the reaper closes it. Background processes keep a
 //! sandbox alive only up to the longest idle life the server allows
-//! ([`RegistryConfig::max_idle_timeout`]) since its last call. The pool keeps fresh sandboxes with a warm Python kernel; one taken from
-//! the pool serves one owner and is closed, never returned, when that owner is done.
+//! ([`RegistryConfig::max_idle_timeout`]) since its last call. The pool keeps fresh
+//! sandboxes with a warm Python kernel; one taken from the pool serves one owner and is
+//! closed, never returned, when that owner is done.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
