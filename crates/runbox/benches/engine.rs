@@ -130,8 +130,7 @@ for _ in range(3):
     send(b'{"type":"display","data":{"text/plain":"')
     for _ in range(64):
         send(mib)
-    send(b'"}}
-')
+    send(b'"}}\n')
 'sent'
 "#;
 
