@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::exec::{CommandRequest, ExecContext, ExecOutcome, ExecRequest, InstallRequest};
 use crate::files::{FileContent, FileWritten, Listing};
-use crate::process::{ProcessId, ProcessInfo, ProcessOutput};
+use crate::process::{BackgroundActivity, ProcessId, ProcessInfo, ProcessOutput};
 use crate::sandbox::{SandboxId, SandboxInfo, SandboxSpec, SandboxStatus};
 
 /// A place where sandboxes live.
@@ -93,6 +93,18 @@ pub trait Backend: Send + Sync + 'static {
     async fn kill_process(&self, id: &SandboxId, process: &ProcessId) -> Result<ProcessInfo> {
         let _ = (id, process);
         Err(self.unsupported("background processes"))
+    }
+
+    /// Whether a background process of the sandbox runs now, or when the last one ended:
+    /// the registry asks before it closes an idle sandbox that has had some. By default,
+    /// from [`Backend::status`] (which cannot tell when a process ended).
+    async fn background_activity(&self, id: &SandboxId) -> Result<BackgroundActivity> {
+        let status = self.status(id).await?;
+        Ok(if status.processes.iter().any(ProcessInfo::running) {
+            BackgroundActivity::Running
+        } else {
+            BackgroundActivity::Ended(None)
+        })
     }
 
     /// Installs packages where the sandbox's kernels and interpreters find them, through

@@ -13,16 +13,52 @@ use crate::exec::RichResult;
 pub const MAX_RESULTS: usize = 1000;
 /// Most bytes of rich results (all representations together) one run returns.
 pub const MAX_RESULT_BYTES: usize = 32 << 20;
+/// Most bytes of structured representations (JSON that is not a string, such as
+/// `application/json`) one run returns, as sent: parsed, JSON takes many times its size in
+/// memory, so it is held to a much smaller budget than text and images.
+pub const MAX_STRUCTURED_BYTES: usize = 1 << 20;
 
 /// The rich results of one run, up to [`MAX_RESULTS`] displays and [`MAX_RESULT_BYTES`]:
 /// code that displays in an endless loop must not fill the server's memory. Results past
 /// the cap are counted, not kept; the value of the last expression is kept whenever its
-/// bytes fit.
+/// bytes fit. A backend that parses results measures them first ([`Results::room`],
+/// [`Results::take_structured`]), so one that cannot be kept is never parsed.
 #[derive(Debug, Default)]
 pub struct Results {
     kept: Vec<RichResult>,
     bytes: usize,
     dropped: usize,
+    largest_dropped: usize,
+    structured: usize,
+    /// Structured representations left out: how many, the largest, their MIME types.
+    structured_dropped: (usize, usize, Vec<String>),
+}
+
+/// Counts the bytes written to it.
+struct Count(usize);
+
+impl std::io::Write for Count {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size of a representation: a string's bytes, or the length of other JSON as text
+/// (counted as it is written out, never built).
+pub fn value_size(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::String(s) => s.len(),
+        other => {
+            let mut count = Count(0);
+            // Writing to a counter does not fail.
+            let _ = serde_json::to_writer(&mut count, other);
+            count.0
+        }
+    }
 }
 
 impl Results {
@@ -31,24 +67,47 @@ impl Results {
         Self::default()
     }
 
+    /// Bytes a result may still take.
+    pub fn room(&self) -> usize {
+        MAX_RESULT_BYTES.saturating_sub(self.bytes)
+    }
+
+    /// Counts `size` bytes of a structured representation of type `mime` about to be
+    /// parsed; `false` (and a note for the caller) when they do not fit what is left of
+    /// [`MAX_STRUCTURED_BYTES`], and the representation must be left out unparsed.
+    pub fn take_structured(&mut self, mime: &str, size: usize) -> bool {
+        if self.structured + size <= MAX_STRUCTURED_BYTES {
+            self.structured += size;
+            return true;
+        }
+        let (count, largest, mimes) = &mut self.structured_dropped;
+        *count += 1;
+        *largest = (*largest).max(size);
+        if mimes.len() < 4 && !mimes.iter().any(|m| m == mime) {
+            mimes.push(mime.to_owned());
+        }
+        false
+    }
+
+    /// Counts a result of `size` bytes that was left out without being read or parsed.
+    pub fn drop_unread(&mut self, size: usize) {
+        self.dropped += 1;
+        self.largest_dropped = self.largest_dropped.max(size);
+    }
+
     /// Adds `r` if it fits.
     pub fn push(&mut self, r: RichResult) {
-        let size: usize = r
-            .data
-            .iter()
-            .map(|(k, v)| {
-                k.len()
-                    + match v {
-                        serde_json::Value::String(s) => s.len(),
-                        other => other.to_string().len(),
-                    }
-            })
-            .sum();
+        let size: usize = r.data.iter().map(|(k, v)| k.len() + value_size(v)).sum();
+        self.push_sized(r, size);
+    }
+
+    /// Adds `r`, whose MIME types and representations take `size` bytes, if it fits.
+    pub fn push_sized(&mut self, r: RichResult, size: usize) {
         // The value of the last expression comes last and is what a run is for: the count
         // does not stop it, only the bytes.
         let counted_out = !r.is_main_result && self.kept.len() >= MAX_RESULTS;
-        if counted_out || self.bytes + size > MAX_RESULT_BYTES {
-            self.dropped += 1;
+        if counted_out || size > self.room() {
+            self.drop_unread(size);
             return;
         }
         self.bytes += size;
@@ -57,16 +116,44 @@ impl Results {
 
     /// The results kept, and a note for the caller when some were left out.
     pub fn finish(self) -> (Vec<RichResult>, Option<String>) {
-        let note = (self.dropped > 0).then(|| {
-            format!(
-                "{} rich results (display() calls or images) were left out: one run returns at \
-                 most {MAX_RESULTS} of them and {} MiB in all.",
+        let mut notes = Vec::new();
+        if self.dropped > 0 {
+            notes.push(format!(
+                "{} rich {} (display() calls or images; the largest {}) left out: one run \
+                 returns at most {MAX_RESULTS} of them and {} MiB in all.",
                 self.dropped,
+                if self.dropped == 1 {
+                    "result was"
+                } else {
+                    "results were"
+                },
+                mib(self.largest_dropped),
                 MAX_RESULT_BYTES >> 20
-            )
-        });
+            ));
+        }
+        let (count, largest, mimes) = &self.structured_dropped;
+        if *count > 0 {
+            notes.push(format!(
+                "{count} structured {} ({}; the largest {}) left out, their other \
+                 representations kept: one run returns at most {} MiB of JSON that is not text.",
+                if *count == 1 {
+                    "representation was"
+                } else {
+                    "representations were"
+                },
+                mimes.join(", "),
+                mib(*largest),
+                MAX_STRUCTURED_BYTES >> 20
+            ));
+        }
+        let note = (!notes.is_empty()).then(|| notes.join(" "));
         (self.kept, note)
     }
+}
+
+/// `bytes` in MiB, for notes.
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
 }
 
 /// Captures one stream of a run: everything up to `limit` bytes; beyond that the first and
@@ -242,7 +329,8 @@ mod tests {
             "the last expression's value is kept"
         );
         assert!(kept[MAX_RESULTS].is_main_result);
-        assert!(note.unwrap().starts_with("5 rich results"));
+        let note = note.unwrap();
+        assert!(note.starts_with("5 rich results were"), "{note}");
         let big = RichResult {
             data: [(
                 "image/png".to_owned(),
@@ -261,8 +349,29 @@ mod tests {
             2,
             "the second image does not fit, the small text does"
         );
-        assert!(note.unwrap().starts_with("1 rich results"));
+        let note = note.unwrap();
+        assert!(
+            note.starts_with("1 rich result was (display() calls or images; the largest 16.0 MiB)"),
+            "{note}"
+        );
         assert_eq!(Results::new().finish(), (Vec::new(), None));
+        // Structured JSON has a budget of its own, checked before it is parsed.
+        let mut r = Results::new();
+        assert!(r.take_structured("application/json", MAX_STRUCTURED_BYTES / 2));
+        assert!(!r.take_structured("application/json", MAX_STRUCTURED_BYTES));
+        assert!(r.take_structured("application/json", MAX_STRUCTURED_BYTES / 2));
+        assert_eq!(r.room(), MAX_RESULT_BYTES);
+        let note = r.finish().1.unwrap();
+        assert!(
+            note.starts_with(
+                "1 structured representation was (application/json; the largest 1.0 MiB)"
+            ),
+            "{note}"
+        );
+        // Sizes are measured without building the text.
+        let json = serde_json::json!({"a": [1, 2, "x"]});
+        assert_eq!(value_size(&json), json.to_string().len());
+        assert_eq!(value_size(&serde_json::json!("héllo")), 6);
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub use exec::{
 };
 pub use files::{Changes, FileContent, FileEntry, FileKind, FileWritten, Listing, changes};
 pub use limits::{Enforced, EnforcedLimits, Limits, LimitsError, Scope};
-pub use process::{ProcessId, ProcessInfo, ProcessOutput};
+pub use process::{BackgroundActivity, ProcessId, ProcessInfo, ProcessOutput};
 pub use quota::{Limit, QuotaLookup, Quotas, TenantQuota};
 pub use registry::{
     Census, CreateRequest, MAX_CHANGES, Ran, Registry, RegistryConfig, SandboxView, Work,

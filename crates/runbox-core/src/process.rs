@@ -60,6 +60,17 @@ impl ProcessInfo {
     }
 }
 
+/// What a sandbox's background processes are doing, for its idle clock: a sandbox is idle
+/// only while no call is in progress and none of its background processes runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackgroundActivity {
+    /// At least one runs now.
+    Running,
+    /// None runs. The last one ended at this instant; `None` when none ever ran or the
+    /// backend cannot tell.
+    Ended(Option<tokio::time::Instant>),
+}
+
 /// Output of a background process not read before, and where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessOutput {

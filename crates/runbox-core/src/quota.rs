@@ -9,7 +9,9 @@ use std::sync::Arc;
 /// Limits on one tenant. `None`: no limit of its own (the server-wide caps still hold).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TenantQuota {
-    /// Sandboxes the tenant may hold at once (a one-shot run's sandbox counts while it runs).
+    /// Sandboxes the tenant may hold at once. A one-shot run's sandbox is not held: it
+    /// counts as a run, against [`TenantQuota::max_concurrent_runs`] (and against the
+    /// server's total of sandboxes while it runs).
     pub max_sandboxes: Option<usize>,
     /// Runs (code, commands, package installs) the tenant may have in progress at once.
     pub max_concurrent_runs: Option<usize>,

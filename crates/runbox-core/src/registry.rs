@@ -4,9 +4,12 @@
 //! Front ends talk to the registry, never to a backend directly, so ownership and expiry are
 //! enforced in one place whatever the backend. A sandbox belongs to the tenant that created
 //! it; asking for another tenant's sandbox fails exactly as asking for one that never
-//! existed. A sandbox expires when it has been idle (no run in progress) for its timeout, or
-//! paused for longer than the server's pause timeout; the reaper closes it. The pool keeps fresh sandboxes with a warm Python kernel; one taken from
-//! the pool serves one owner and is closed, never returned, when that owner is done.
+//! existed. A sandbox expires when it has been idle (no call in progress, no background
+//! process running) for its timeout, or paused for longer than the server's pause timeout;
+//! the reaper closes it. Background processes keep a sandbox alive only up to the longest
+//! idle life the server allows ([`RegistryConfig::max_idle_timeout`]) since its last call.
+//! The pool keeps fresh sandboxes with a warm Python kernel; one taken from the pool serves
+//! one owner and is closed, never returned, when that owner is done.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,7 +28,7 @@ use crate::exec::{
 };
 use crate::files::{Changes, FileContent, FileWritten, Listing, changes};
 use crate::limits::Limits;
-use crate::process::{ProcessId, ProcessInfo, ProcessOutput};
+use crate::process::{BackgroundActivity, ProcessId, ProcessInfo, ProcessOutput};
 use crate::quota::{Limit, Quotas};
 use crate::sandbox::{Network, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus};
 
@@ -34,7 +37,8 @@ use crate::sandbox::{Network, SandboxId, SandboxInfo, SandboxSpec, SandboxState,
 pub struct RegistryConfig {
     /// Idle life of a sandbox whose creator gives none.
     pub default_idle_timeout: Duration,
-    /// Longest idle life a creator may ask for.
+    /// Longest idle life a creator may ask for; also the longest a sandbox lives after its
+    /// last call while background processes keep it from being idle.
     pub max_idle_timeout: Duration,
     /// Longest a sandbox may stay paused: then it is closed, as an idle one is. A paused
     /// sandbox holds its memory while its idle clock stands still, so without this a tenant
@@ -189,13 +193,28 @@ struct Entry {
     /// /workspace as the last run left it: the next run's "before" when nothing wrote in
     /// between through the registry (write_file clears it), saving a snapshot per run.
     workspace: Option<Listing>,
+    /// Made for one run without a sandbox id and closed after it: not held against its
+    /// tenant's sandbox quota (the run counts against the run quotas).
+    one_shot: bool,
+    /// Whether background processes were started since the reaper last found none
+    /// running: it asks the backend before closing the sandbox.
+    background: bool,
+    /// When a background process was last seen running, or ended: the idle clock counts
+    /// from here when it is later than the last call.
+    active_at: Option<Instant>,
 }
 
 impl Entry {
+    /// Since when the sandbox has been idle, if nothing is in progress now.
+    fn idle_since(&self) -> Instant {
+        self.active_at
+            .map_or(self.last_used, |at| at.max(self.last_used))
+    }
+
     fn view(&self, id: &SandboxId) -> SandboxView {
         let idle = match self.paused_at {
-            Some(at) => at.saturating_duration_since(self.last_used),
-            None => self.last_used.elapsed(),
+            Some(at) => at.saturating_duration_since(self.idle_since()),
+            None => self.idle_since().elapsed(),
         };
         let left = match self.pause_deadline {
             Some(deadline) => deadline.saturating_duration_since(Instant::now()),
@@ -217,7 +236,8 @@ impl Entry {
         }
     }
 
-    /// Whether it is to be closed now, and why.
+    /// Whether it is to be closed now, and why, as far as the registry knows (a background
+    /// process may still run: see [`Entry::background`]).
     fn expired(&self) -> Option<&'static str> {
         if self.busy > 0 {
             return None;
@@ -227,9 +247,8 @@ impl Entry {
                 (Instant::now() >= deadline).then_some("paused past the pause timeout")
             }
             (Some(_), None) => None,
-            (None, _) => {
-                (self.last_used.elapsed() >= self.idle_timeout).then_some("idle past its timeout")
-            }
+            (None, _) => (self.idle_since().elapsed() >= self.idle_timeout)
+                .then_some("idle past its timeout"),
         }
     }
 }
@@ -240,6 +259,8 @@ struct Inner {
     pool: VecDeque<SandboxInfo>,
     /// Sandboxes being created, by tenant: they count against the quotas already.
     creating: HashMap<String, usize>,
+    /// One-shot sandboxes being created: they count against the server's total only.
+    creating_one_shot: usize,
     /// Runs in progress, by tenant, and for all tenants together.
     runs: HashMap<String, usize>,
     runs_total: usize,
@@ -247,8 +268,24 @@ struct Inner {
 
 impl Inner {
     fn held_by(&self, owner: &str) -> usize {
-        self.entries.values().filter(|e| e.owner == owner).count()
+        self.entries
+            .values()
+            .filter(|e| e.owner == owner && !e.one_shot)
+            .count()
             + self.creating.get(owner).copied().unwrap_or(0)
+    }
+
+    fn creating_total(&self) -> usize {
+        self.creating.values().sum::<usize>() + self.creating_one_shot
+    }
+
+    /// Ends the count of a creation, done or failed.
+    fn end_creation(&mut self, owner: &str, one_shot: bool) {
+        if one_shot {
+            self.creating_one_shot = self.creating_one_shot.saturating_sub(1);
+        } else {
+            release(&mut self.creating, owner);
+        }
     }
 }
 
@@ -304,6 +341,7 @@ impl Drop for Busy<'_> {
 struct Creating<'a> {
     registry: &'a Registry,
     owner: String,
+    one_shot: bool,
     done: bool,
 }
 
@@ -313,7 +351,7 @@ impl Creating<'_> {
     fn register(mut self, id: SandboxId, entry: Entry) {
         let mut inner = self.registry.lock();
         inner.entries.insert(id, entry);
-        release(&mut inner.creating, &self.owner);
+        inner.end_creation(&self.owner, self.one_shot);
         self.done = true;
     }
 }
@@ -321,7 +359,9 @@ impl Creating<'_> {
 impl Drop for Creating<'_> {
     fn drop(&mut self) {
         if !self.done {
-            release(&mut self.registry.lock().creating, &self.owner);
+            self.registry
+                .lock()
+                .end_creation(&self.owner, self.one_shot);
         }
     }
 }
@@ -427,9 +467,9 @@ impl Registry {
     }
 
     /// Counts a sandbox about to be created for `owner`, or refuses it with the limit it
-    /// would break.
-    fn reserve_sandbox(&self, owner: &str) -> Result<Creating<'_>> {
-        self.reserve_sandbox_as(owner)
+    /// would break. A one-shot sandbox counts against the server's total only.
+    fn reserve_sandbox(&self, owner: &str, one_shot: bool) -> Result<Creating<'_>> {
+        self.reserve_sandbox_as(owner, one_shot)
             .inspect_err(|e| self.refused(e))
     }
 
@@ -440,12 +480,12 @@ impl Registry {
         }
     }
 
-    fn reserve_sandbox_as(&self, owner: &str) -> Result<Creating<'_>> {
+    fn reserve_sandbox_as(&self, owner: &str, one_shot: bool) -> Result<Creating<'_>> {
         // Looked up before locking: the lookup may take locks of its own.
         let quota = self.config.quotas.of(owner);
         let mut inner = self.lock();
         if let Some(max) = self.config.quotas.max_sandboxes {
-            let total = inner.entries.len() + inner.creating.values().sum::<usize>();
+            let total = inner.entries.len() + inner.creating_total();
             if total >= max {
                 return Err(Error::Quota {
                     limit: Limit::Sandboxes,
@@ -456,23 +496,29 @@ impl Registry {
                 });
             }
         }
-        if let Some(max) = quota.max_sandboxes {
+        if let Some(max) = quota.max_sandboxes.filter(|_| !one_shot) {
             let held = inner.held_by(owner);
             if held >= max {
                 return Err(Error::Quota {
                     limit: Limit::TenantSandboxes,
                     message: format!(
-                        "you hold {held} sandboxes, the most one tenant may hold at once ({max}); \
+                        "you hold {held} {}, the most one tenant may hold at once ({max}); \
                          close one you no longer need with close_sandbox (list_sandboxes shows \
-                         them)"
+                         them); runs without a sandbox_id need no sandbox of yours",
+                        if held == 1 { "sandbox" } else { "sandboxes" }
                     ),
                 });
             }
         }
-        *inner.creating.entry(owner.to_owned()).or_default() += 1;
+        if one_shot {
+            inner.creating_one_shot += 1;
+        } else {
+            *inner.creating.entry(owner.to_owned()).or_default() += 1;
+        }
         Ok(Creating {
             registry: self,
             owner: owner.to_owned(),
+            one_shot,
             done: false,
         })
     }
@@ -528,19 +574,21 @@ impl Registry {
         owner: &str,
         req: CreateRequest,
     ) -> Result<(SandboxView, SandboxInfo)> {
-        let created = self.create_quietly(owner, req).await?;
+        let created = self.create_as(owner, req, false).await?;
         self.publish(owner, &created.0.id, EventKind::Created);
         Ok(created)
     }
 
-    /// [`Registry::create`] without the event: a one-shot run's sandbox is no news.
-    async fn create_quietly(
+    /// Creates a sandbox for `owner`, without the event. A one-shot run's sandbox is no
+    /// news, and is not held against the tenant's sandbox quota (only the server's).
+    async fn create_as(
         &self,
         owner: &str,
         req: CreateRequest,
+        one_shot: bool,
     ) -> Result<(SandboxView, SandboxInfo)> {
         let idle_timeout = self.idle_timeout(req.idle_timeout)?;
-        let reservation = self.reserve_sandbox(owner)?;
+        let reservation = self.reserve_sandbox(owner, one_shot)?;
         let pooled = if req.env.is_empty()
             && req.limits.is_none()
             && req.network == Network::None
@@ -582,6 +630,9 @@ impl Registry {
             paused_at: None,
             pause_deadline: None,
             workspace: None,
+            one_shot,
+            background: false,
+            active_at: None,
         };
         let view = entry.view(&info.id);
         reservation.register(info.id.clone(), entry);
@@ -677,7 +728,7 @@ impl Registry {
         work: Work,
         ctx: ExecContext,
     ) -> Result<Ran> {
-        let (view, _) = self.create_quietly(owner, req).await?;
+        let (view, _) = self.create_as(owner, req, true).await?;
         let r = self.run_in(owner, &view.id, work, ctx, false).await;
         self.close_later(&view.id).await;
         Ok(Ran {
@@ -844,6 +895,11 @@ impl Registry {
         }
         let r = self.backend.start_process(id, req).await;
         self.forget_if_gone(id, &r);
+        if r.is_ok()
+            && let Some(e) = self.lock().entries.get_mut(id)
+        {
+            e.background = true;
+        }
         r
     }
 
@@ -1037,7 +1093,7 @@ impl Registry {
         let inner = self.lock();
         let mut c = Census {
             pooled: inner.pool.len(),
-            creating: inner.creating.values().sum(),
+            creating: inner.creating_total(),
             runs: inner.runs_total,
             ..Census::default()
         };
@@ -1055,18 +1111,57 @@ impl Registry {
 
     /// Closes every expired sandbox (idle past its timeout, or paused past the pause
     /// timeout); returns how many.
+    ///
+    /// A sandbox whose idle time ran out but which had background processes is closed
+    /// only once the backend says none runs (its idle clock then counts from the end of
+    /// the last one), or once it has had no call for [`RegistryConfig::max_idle_timeout`].
     pub async fn reap(&self) -> usize {
-        let expired: Vec<(SandboxId, Entry, &'static str)> = {
+        let (mut expired, to_ask) = {
             let mut inner = self.lock();
-            let ids: Vec<(SandboxId, &'static str)> = inner
-                .entries
-                .iter()
-                .filter_map(|(id, e)| Some((id.clone(), e.expired()?)))
-                .collect();
-            ids.into_iter()
+            let max_life = self.config.max_idle_timeout;
+            let mut now = Vec::new();
+            let mut ask = Vec::new();
+            for (id, e) in &inner.entries {
+                let Some(why) = e.expired() else {
+                    continue;
+                };
+                if e.background && e.paused_at.is_none() && e.last_used.elapsed() < max_life {
+                    ask.push(id.clone());
+                } else {
+                    now.push((id.clone(), why));
+                }
+            }
+            let now: Vec<(SandboxId, Entry, &'static str)> = now
+                .into_iter()
                 .filter_map(|(id, why)| inner.entries.remove(&id).map(|e| (id, e, why)))
-                .collect()
+                .collect();
+            (now, ask)
         };
+        for id in to_ask {
+            let activity = self.backend.background_activity(&id).await;
+            let mut inner = self.lock();
+            let Some(e) = inner.entries.get_mut(&id) else {
+                continue;
+            };
+            match activity {
+                Ok(BackgroundActivity::Running) => e.active_at = Some(Instant::now()),
+                Ok(BackgroundActivity::Ended(at)) => {
+                    e.background = false;
+                    e.active_at = at.max(e.active_at);
+                }
+                Err(ref err) => {
+                    tracing::debug!(sandbox = %id, "background processes unknown: {err}");
+                    e.background = false;
+                }
+            }
+            // Checked again: a call may have begun meanwhile.
+            let why = if e.background { None } else { e.expired() };
+            if let Some(why) = why
+                && let Some(entry) = inner.entries.remove(&id)
+            {
+                expired.push((id, entry, why));
+            }
+        }
         for (id, entry, why) in &expired {
             tracing::info!(sandbox = %id, "sandbox expired ({why}); closing it");
             if let Err(e) = self.backend.close(id).await {
@@ -1194,6 +1289,8 @@ mod tests {
         paused: std::sync::atomic::AtomicBool,
         /// The environment each sandbox was created with, in order.
         envs: Mutex<Vec<BTreeMap<String, String>>>,
+        /// What every sandbox's background processes are doing (`None`: none ran).
+        background: Mutex<Option<BackgroundActivity>>,
     }
 
     impl Fake {
@@ -1283,6 +1380,21 @@ mod tests {
                 path: path.to_owned(),
                 size: data.len() as u64,
             })
+        }
+        async fn start_process(&self, _: &SandboxId, req: CommandRequest) -> Result<ProcessInfo> {
+            Ok(ProcessInfo {
+                id: ProcessId::nth(1),
+                command: req.command,
+                started_at: SystemTime::now(),
+                exit_code: None,
+            })
+        }
+        async fn background_activity(&self, _: &SandboxId) -> Result<BackgroundActivity> {
+            Ok(self
+                .background
+                .lock()
+                .unwrap()
+                .unwrap_or(BackgroundActivity::Ended(None)))
         }
         async fn set_paused(&self, _: &SandboxId, paused: bool) -> Result<()> {
             self.paused.store(paused, Ordering::SeqCst);
@@ -1561,6 +1673,59 @@ mod tests {
         assert!(fake.live.lock().unwrap().is_empty());
     }
 
+    #[tokio::test]
+    async fn background_processes_keep_a_sandbox_alive_up_to_the_longest_idle_life() {
+        let (fake, r) = registry(RegistryConfig {
+            max_idle_timeout: Duration::from_millis(600),
+            ..Default::default()
+        });
+        let short = CreateRequest {
+            idle_timeout: Some(Duration::from_millis(30)),
+            ..Default::default()
+        };
+        let set = |a: BackgroundActivity| *fake.background.lock().unwrap() = Some(a);
+        let (with, _) = r.create("t", short.clone()).await.unwrap();
+        let (without, _) = r.create("t", short.clone()).await.unwrap();
+        let job = CommandRequest::new("serve", Duration::from_secs(1));
+        r.start_process("t", &with.id, job.clone()).await.unwrap();
+        set(BackgroundActivity::Running);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(
+            r.reap().await,
+            1,
+            "only the sandbox running nothing expires"
+        );
+        assert!(r.status("t", &without.id).await.is_err());
+        assert!(r.status("t", &with.id).await.is_ok());
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(r.reap().await, 0, "it still runs");
+        // Once the process has ended, the idle clock counts from its end.
+        set(BackgroundActivity::Ended(Some(Instant::now())));
+        assert_eq!(r.reap().await, 0, "idle for less than its timeout");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(r.reap().await, 1);
+        assert!(r.status("t", &with.id).await.is_err());
+        // A process that never ends keeps its sandbox only up to the longest idle life
+        // since the last call.
+        let (forever, _) = r.create("t", short).await.unwrap();
+        r.start_process("t", &forever.id, job).await.unwrap();
+        set(BackgroundActivity::Running);
+        let started = Instant::now();
+        let mut closed_after = None;
+        while started.elapsed() < Duration::from_secs(5) {
+            if r.reap().await == 1 {
+                closed_after = Some(started.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let closed_after = closed_after.expect("a sandbox outlived the longest idle life");
+        assert!(
+            closed_after >= Duration::from_millis(600),
+            "{closed_after:?}"
+        );
+    }
+
     fn quota_of(e: &Error) -> Option<Limit> {
         match e {
             Error::Quota { limit, .. } => Some(*limit),
@@ -1589,33 +1754,35 @@ mod tests {
         let e = r.create("a", CreateRequest::default()).await.unwrap_err();
         assert_eq!(quota_of(&e), Some(Limit::TenantSandboxes), "{e}");
         assert!(e.to_string().contains("close_sandbox"), "{e}");
-        // A one-shot run needs a sandbox too.
+        // A one-shot run is not held against the tenant's sandbox quota (it counts as a
+        // run), only against the server's total.
         let work = Work::Code(ExecRequest::new(
             Language::Python,
             "1",
             Duration::from_secs(1),
         ));
-        let e = r
+        let ran = r
             .run("a", None, work.clone(), ExecContext::default())
             .await
-            .unwrap_err();
-        assert_eq!(quota_of(&e), Some(Limit::TenantSandboxes), "{e}");
+            .unwrap();
+        assert!(ran.ephemeral);
         // Another tenant has a quota of its own, until the server's total is reached.
         r.create("b", CreateRequest::default()).await.unwrap();
         let e = r.create("b", CreateRequest::default()).await.unwrap_err();
         assert_eq!(quota_of(&e), Some(Limit::Sandboxes), "{e}");
+        let e = r
+            .run("a", None, work.clone(), ExecContext::default())
+            .await
+            .unwrap_err();
+        assert_eq!(quota_of(&e), Some(Limit::Sandboxes), "{e}");
         assert_eq!(
             fake.created.load(Ordering::SeqCst),
-            3,
+            4,
             "nothing made for a refusal"
         );
         assert_eq!(
             *refusals.lock().unwrap(),
-            [
-                Limit::TenantSandboxes,
-                Limit::TenantSandboxes,
-                Limit::Sandboxes
-            ]
+            [Limit::TenantSandboxes, Limit::Sandboxes, Limit::Sandboxes]
         );
         // Closing one makes room again.
         r.close("a", &a1.id).await.unwrap();

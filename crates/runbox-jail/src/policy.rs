@@ -166,4 +166,6 @@ pub struct JailPolicy {
 impl JailPolicy {
     /// Where the writable home is mounted inside the sandbox.
     pub const WORKSPACE: &'static str = "/workspace";
+    /// The sandbox's writable temporary directory.
+    pub const TMP: &'static str = "/tmp";
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runbox_core::{
-    Backend, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest, FileContent,
-    FileWritten, InstallRequest, Language, Limits, Listing, Network, ProcessId, ProcessInfo,
-    ProcessOutput, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus, Work,
+    Backend, BackgroundActivity, CommandRequest, Error, ExecContext, ExecOutcome, ExecRequest,
+    FileContent, FileWritten, InstallRequest, Language, Limits, Listing, Network, ProcessId,
+    ProcessInfo, ProcessOutput, SandboxId, SandboxInfo, SandboxSpec, SandboxState, SandboxStatus,
+    Work,
 };
 use runbox_jail::{JailHost, JailHostConfig, LayerReport};
 
@@ -222,6 +223,7 @@ impl LocalBackend {
             .map_err(|e| Error::sandbox_caused_by("cannot prepare the local sandbox host", e))?
             .map_err(|e| Error::sandbox_caused_by("cannot prepare the local sandbox host", e))?;
         let runtime = Runtime::discover(&config.interpreters).await;
+        crate::layout::check_binds(&runtime, data_dir.is_some()).map_err(Error::sandbox)?;
         let layout = Layout::plan(
             &runtime,
             config.sandbox_tcp_ports.clone(),
@@ -289,6 +291,43 @@ impl LocalBackend {
         self.get(id)?
             .ensure_kernel(&self.runtime, language, self.settings())
             .await
+    }
+
+    /// Proves that sandboxes can be made here and that every interpreter found runs in
+    /// one: a sandbox is made, each interpreter started in it, and the sandbox closed.
+    /// `serve` calls it at start, so that a machine where sandboxes cannot run refuses to
+    /// serve, saying why, rather than answering every call with an error.
+    pub async fn self_test(&self) -> Result<(), Error> {
+        let id = self
+            .create(SandboxSpec::default())
+            .await
+            .map_err(|e| {
+                Error::sandbox(format!(
+                    "no sandbox can be made on this machine ({}); runbox doctor tells which \
+                     layer is missing",
+                    runbox_core::chain(&e)
+                ))
+            })?
+            .id;
+        let sandbox = self.get(&id)?;
+        let grace = self.config.interrupt_grace;
+        let check = |language| sandbox.check_interpreter(&self.runtime, language, grace);
+        let (python, node, bash) = tokio::join!(
+            check(Language::Python),
+            check(Language::JavaScript),
+            check(Language::Bash)
+        );
+        drop(sandbox);
+        let _ = self.close(&id).await;
+        let failures: Vec<String> = [python, node, bash]
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::sandbox(failures.join("; ")))
+        }
     }
 
     /// Where a sandbox lives on the host.
@@ -633,6 +672,10 @@ impl Backend for LocalBackend {
         Self::check_env(&req.env)?;
         let sb = self.get(id)?;
         sb.start_process(&self.runtime, &req).await
+    }
+
+    async fn background_activity(&self, id: &SandboxId) -> Result<BackgroundActivity, Error> {
+        Ok(self.get(id)?.processes.activity())
     }
 
     async fn read_process(

@@ -101,6 +101,57 @@ const ETC_BINDS: [&str; 13] = [
     "fonts",
 ];
 
+/// Where a sandbox has directories of its own, so that no host directory can be bound at
+/// or above them: binds under `/tmp` and `/workspace` go on top of the sandbox's tmpfs,
+/// but one of the whole of either would hide it.
+const OWN_DIRS: [&str; 8] = [
+    "/proc",
+    "/dev",
+    "/sys",
+    DRIVER_DIR,
+    "/var/tmp",
+    "/etc",
+    "/tmp",
+    "/workspace",
+];
+/// Where a sandbox's contents are its own all the way down: nothing can be bound inside.
+const OWN_TREES: [&str; 5] = ["/proc", "/dev", "/sys", DRIVER_DIR, "/var/tmp"];
+
+/// Refuses an interpreter that cannot run in a sandbox because what it needs from the host
+/// would have to be bound where a sandbox has its own directories; the message names the
+/// path and the fix.
+pub(crate) fn check_binds(runtime: &Runtime, data_dir: bool) -> Result<(), String> {
+    let data = data_dir.then_some(DATA_DIR);
+    let own = OWN_DIRS.iter().copied().chain(data);
+    let trees: Vec<&str> = OWN_TREES.iter().copied().chain(data).collect();
+    let own: Vec<&str> = own.collect();
+    for (name, flag, found) in [
+        ("Python", "python", &runtime.python),
+        ("Node.js", "node", &runtime.node),
+        ("bash", "bash", &runtime.bash),
+    ] {
+        let Ok(interpreter) = found else { continue };
+        for bind in &interpreter.binds {
+            let clash = own
+                .iter()
+                .find(|dir| Path::new(dir).starts_with(bind))
+                .or_else(|| trees.iter().find(|dir| bind.starts_with(dir)));
+            if let Some(dir) = clash {
+                return Err(format!(
+                    "the {name} at {} cannot run in a sandbox: it needs {} of the host, and a \
+                     sandbox has its own {dir}; install it in another directory (any that \
+                     others can read, /tmp included) or choose another with --{flag} PATH \
+                     (RUNBOX_{})",
+                    interpreter.path.display(),
+                    bind.display(),
+                    flag.to_uppercase()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The parts of a sandbox's layout that do not change between sandboxes.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {

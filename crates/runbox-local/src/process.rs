@@ -1,14 +1,21 @@
 //! Background processes of a local sandbox: a command started with `bash -c` that runs on
 //! after the call, its output collected by a task of the server into a capped buffer that
 //! `read` empties.
+//!
+//! The buffer keeps the newest [`MAX_PENDING`] bytes of unread output. Once it is full, the
+//! task reads at a throttled pace ([`FULL_READ_INTERVAL`]), dropping the oldest bytes, until
+//! someone reads: a process that floods its output with nobody reading blocks on its full
+//! pipe most of the time, and costs the server almost nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use runbox_core::{CommandRequest, Error, ProcessId, ProcessInfo, ProcessOutput};
+use runbox_core::{
+    BackgroundActivity, CommandRequest, Error, ProcessId, ProcessInfo, ProcessOutput,
+};
 use runbox_jail::Jail;
 use tokio::io::AsyncReadExt;
 use tokio::sync::Notify;
@@ -19,6 +26,9 @@ use crate::kernel::{dev_null, pipe, spawn_failed};
 
 /// Unread output kept per process (both streams together); beyond it the oldest goes.
 pub(crate) const MAX_PENDING: usize = 1 << 20;
+/// With [`MAX_PENDING`] bytes unread, a process's pipes are read once per interval (at most
+/// 64 KiB each time, so about 6 MiB a second), not as fast as it writes.
+const FULL_READ_INTERVAL: Duration = Duration::from_millis(10);
 /// Background processes running at once in one sandbox.
 pub(crate) const MAX_RUNNING: usize = 16;
 /// Ended processes remembered for a last read; the oldest are forgotten beyond it.
@@ -26,18 +36,26 @@ const MAX_ENDED: usize = 32;
 
 #[derive(Debug, Default)]
 struct Pending {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
+    stdout: VecDeque<u8>,
+    stderr: VecDeque<u8>,
     dropped: u64,
     exit_code: Option<i32>,
+    /// When the process ended and every writer of its pipes (children it left behind
+    /// included) had closed them: until then it keeps its sandbox from being idle.
+    ended_at: Option<tokio::time::Instant>,
 }
 
 impl Pending {
+    fn is_full(&self) -> bool {
+        self.stdout.len() + self.stderr.len() >= MAX_PENDING
+    }
+
+    /// Appends `bytes`; beyond the cap the oldest go, each byte moved once.
     fn push(&mut self, stderr: bool, bytes: &[u8]) {
         if stderr {
-            self.stderr.extend_from_slice(bytes);
+            self.stderr.extend(bytes);
         } else {
-            self.stdout.extend_from_slice(bytes);
+            self.stdout.extend(bytes);
         }
         let total = self.stdout.len() + self.stderr.len();
         if total > MAX_PENDING {
@@ -57,18 +75,19 @@ impl Pending {
 
 /// The text of `buf`, emptied; a UTF-8 sequence cut at the end stays for the next read
 /// unless `all`.
-fn take_text(buf: &mut Vec<u8>, all: bool) -> String {
+fn take_text(buf: &mut VecDeque<u8>, all: bool) -> String {
+    let bytes = buf.make_contiguous();
     let keep = if all {
         0
     } else {
-        match std::str::from_utf8(buf) {
-            Err(e) if e.error_len().is_none() => buf.len() - e.valid_up_to(),
+        match std::str::from_utf8(bytes) {
+            Err(e) if e.error_len().is_none() => bytes.len() - e.valid_up_to(),
             _ => 0,
         }
     };
-    let rest = buf.split_off(buf.len() - keep);
-    let text = String::from_utf8_lossy(buf).into_owned();
-    *buf = rest;
+    let taken = bytes.len() - keep;
+    let text = String::from_utf8_lossy(&bytes[..taken]).into_owned();
+    buf.drain(..taken);
     text
 }
 
@@ -81,6 +100,8 @@ struct Background {
     pending: Mutex<Pending>,
     /// Woken when output arrives or the process ends.
     changed: Notify,
+    /// Told when a read emptied the buffer, so that the collector reads at full pace again.
+    drained: Arc<Notify>,
     collector: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -137,6 +158,20 @@ impl Processes {
         self.all().values().map(|(id, b)| b.info(id)).collect()
     }
 
+    /// Whether one of the processes runs, or when the last one ended.
+    pub(crate) fn activity(&self) -> BackgroundActivity {
+        let all = self.all();
+        let mut last = None;
+        for (_, b) in all.values() {
+            let p = b.pending();
+            if p.ended_at.is_none() {
+                return BackgroundActivity::Running;
+            }
+            last = last.max(p.ended_at);
+        }
+        BackgroundActivity::Ended(last)
+    }
+
     /// Starts `req.command` with `bash -c` in the background.
     pub(crate) async fn start(
         &self,
@@ -188,30 +223,43 @@ impl Processes {
             pid: spawned.pid,
             pending: Mutex::default(),
             changed: Notify::new(),
+            drained: Arc::new(Notify::new()),
             collector: Mutex::new(None),
         });
         let weak = Arc::downgrade(&bg);
+        let drained = Arc::clone(&bg.drained);
         let (mut stdout, mut stderr, mut exit) = (out.reader, err.reader, spawned.exit);
         let collector = tokio::spawn(async move {
             let (mut obuf, mut ebuf) = (vec![0u8; 65536], vec![0u8; 65536]);
             let (mut out_open, mut err_open, mut running) = (true, true, true);
+            let mut last_read = tokio::time::Instant::now();
             // Until the process has ended and every writer of its pipes (children it left
             // behind included) has closed them.
             while running || out_open || err_open {
+                let Some(full) = weak.upgrade().map(|bg| bg.pending().is_full()) else {
+                    return;
+                };
+                let resume_at = last_read + FULL_READ_INTERVAL;
+                let paced = full && tokio::time::Instant::now() < resume_at;
                 let event = tokio::select! {
                     status = &mut exit, if running => {
                         running = false;
                         Some((None, Some(status.map_or(-1, |s| s.shell_code()))))
                     }
-                    n = stdout.read(&mut obuf), if out_open => match n {
+                    () = tokio::time::sleep_until(resume_at), if paced => None,
+                    () = drained.notified(), if paced => None,
+                    n = stdout.read(&mut obuf), if out_open && !paced => match n {
                         Ok(n) if n > 0 => Some((Some((false, &obuf[..n])), None)),
                         _ => { out_open = false; None }
                     },
-                    n = stderr.read(&mut ebuf), if err_open => match n {
+                    n = stderr.read(&mut ebuf), if err_open && !paced => match n {
                         Ok(n) if n > 0 => Some((Some((true, &ebuf[..n])), None)),
                         _ => { err_open = false; None }
                     },
                 };
+                if matches!(event, Some((Some(_), _))) {
+                    last_read = tokio::time::Instant::now();
+                }
                 let Some(bg) = weak.upgrade() else { return };
                 if let Some((output, code)) = event {
                     let mut p = bg.pending();
@@ -223,6 +271,9 @@ impl Processes {
                     }
                 }
                 bg.changed.notify_waiters();
+            }
+            if let Some(bg) = weak.upgrade() {
+                bg.pending().ended_at = Some(tokio::time::Instant::now());
             }
         });
         *bg.collector.lock().unwrap_or_else(PoisonError::into_inner) = Some(collector);
@@ -269,6 +320,7 @@ impl Processes {
                         stderr: take_text(&mut p.stderr, ended),
                         dropped_bytes: std::mem::take(&mut p.dropped),
                     };
+                    bg.drained.notify_one();
                     return Ok(out);
                 }
             }
@@ -310,7 +362,8 @@ mod tests {
         p.push(false, &vec![b'a'; MAX_PENDING]);
         p.push(false, b"tail");
         assert_eq!(p.stdout.len(), MAX_PENDING);
-        assert!(p.stdout.ends_with(b"atail"));
+        assert!(p.is_full());
+        assert!(p.stdout.make_contiguous().ends_with(b"atail"));
         assert_eq!(p.dropped, 4);
         p.push(true, b"err");
         assert_eq!(p.stdout.len() + p.stderr.len(), MAX_PENDING);
@@ -319,14 +372,14 @@ mod tests {
 
     #[test]
     fn a_character_cut_at_the_end_waits_for_the_next_read() {
-        let mut buf = "héllo €".as_bytes().to_vec();
+        let mut buf: VecDeque<u8> = "héllo €".bytes().collect();
         buf.truncate(buf.len() - 1);
         assert_eq!(take_text(&mut buf, false), "héllo ");
         assert_eq!(buf.len(), 2);
-        buf.push(0xac);
+        buf.push_back(0xac);
         assert_eq!(take_text(&mut buf, false), "€");
         assert!(buf.is_empty());
-        let mut buf = vec![b'a', 0xe2];
+        let mut buf = VecDeque::from([b'a', 0xe2]);
         assert_eq!(take_text(&mut buf, true), "a\u{fffd}");
     }
 }

@@ -2,9 +2,12 @@
 //! start-up, with the directories that must be bound into every sandbox for them to work.
 //!
 //! Version managers put wrappers on `PATH` (pyenv's shim costs 2.6x on start-up), so Python
-//! is asked where it really is (`sys.executable`, `sys.prefix`) and that is what sandboxes
-//! run; its prefix is bound at the same path inside, so compiled-in library paths and the
-//! absolute `#!` lines of installed scripts keep working.
+//! and Node.js are asked where they really are (`sys.executable` and `sys.prefix`,
+//! `process.execPath`) and that is what sandboxes run; a prefix is bound at the same path
+//! inside, so compiled-in library paths and the absolute `#!` lines of installed scripts
+//! keep working. Any directory others can read works, the host's `/tmp` included (binds
+//! there go on top of the sandbox's own `/tmp`); one that cannot (under `/proc`, say) is
+//! refused when the backend starts ([`crate::layout::check_binds`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -196,23 +199,33 @@ async fn discover_python(configured: Option<&Path>) -> Result<Interpreter, Strin
     })
 }
 
+const NODE_PROBE: &str = "console.log(process.execPath); console.log(process.version)";
+
 async fn discover_node(configured: Option<&Path>) -> Result<Interpreter, String> {
     let path = match configured {
         Some(p) => p.to_path_buf(),
         None => on_path("node").ok_or("no node found on PATH")?,
     };
-    let path = std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let version = ask(&path, &["--version"])
-        .await?
-        .trim()
-        .trim_start_matches('v')
-        .to_owned();
-    // <prefix>/bin/node: the prefix holds node's own modules (npm, corepack).
-    let prefix = path.parent().and_then(Path::parent).map(Path::to_path_buf);
+    // Asked where it really is: a version manager's shim is a script that runs another.
+    let out = ask(&path, &["-e", NODE_PROBE]).await?;
+    let lines: Vec<&str> = out.lines().collect();
+    let [exe, version] = lines[..] else {
+        return Err(format!("{}: unexpected answer {out:?}", path.display()));
+    };
+    let exe = std::fs::canonicalize(exe).map_err(|e| format!("{exe}: {e}"))?;
+    // An installation (<prefix>/bin/node, as nvm, tool caches and the release tarballs lay
+    // it out) keeps node's own modules (npm, corepack) in <prefix>/lib/node_modules: its
+    // prefix is bound. A lone binary is bound alone, never the directory it happens to be in.
+    let prefix = exe
+        .parent()
+        .filter(|bin| bin.ends_with("bin"))
+        .and_then(Path::parent)
+        .filter(|prefix| prefix.join("lib/node_modules").is_dir())
+        .map(Path::to_path_buf);
     Ok(Interpreter {
-        binds: binds_for(prefix.into_iter().chain([path.clone()])),
-        path,
-        version,
+        binds: binds_for(prefix.into_iter().chain([exe.clone()])),
+        path: exe,
+        version: version.trim().trim_start_matches('v').to_owned(),
     })
 }
 
@@ -227,8 +240,10 @@ async fn discover_bash(configured: Option<&Path>) -> Result<Interpreter, String>
     };
     let out = ask(&path, &["-c", "echo $BASH_VERSION"]).await?;
     let version = out.trim().split('(').next().unwrap_or_default().to_owned();
+    let path = std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Interpreter {
-        binds: binds_for(path.parent().map(Path::to_path_buf)),
+        // The program alone: bash needs nothing beside it but the system's libraries.
+        binds: binds_for([path.clone()]),
         path,
         version,
     })

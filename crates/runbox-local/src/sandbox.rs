@@ -198,6 +198,70 @@ impl LocalSandbox {
             .ok_or_else(|| Error::sandbox("kernel vanished"))
     }
 
+    /// Whether `language`'s interpreter, when one was found, starts in this sandbox; `Err`
+    /// says why not and what to do.
+    pub(crate) async fn check_interpreter(
+        &self,
+        runtime: &Runtime,
+        language: Language,
+        grace: Duration,
+    ) -> Result<(), String> {
+        let Ok(interpreter) = runtime.for_language(language) else {
+            return Ok(());
+        };
+        let path = interpreter.path.to_string_lossy().into_owned();
+        let (name, flag, args): (&str, &str, &[&str]) = match language {
+            Language::Python => ("Python", "python", &["-c", "pass"]),
+            Language::Bash => ("bash", "bash", &["-c", ":"]),
+            Language::JavaScript | Language::TypeScript => ("Node.js", "node", &["--version"]),
+        };
+        let spawn = SpawnRequest {
+            argv: std::iter::once(path.clone())
+                .chain(args.iter().map(|a| (*a).to_owned()))
+                .collect(),
+            env: self.env.clone(),
+            cwd: "/workspace".into(),
+        };
+        let fix = format!(
+            "sandboxes run it as an unprivileged user that sees only /usr, /lib and its own \
+             directories of the host, read-only: make it and every directory above it readable \
+             by others (chmod o+rx), or choose another with --{flag} PATH (RUNBOX_{})",
+            flag.to_uppercase()
+        );
+        let ctx = ExecContext::default();
+        let ran = bash::run_shell(
+            &self.jail,
+            spawn,
+            false,
+            Duration::from_secs(30),
+            &ctx,
+            &self.limits,
+            grace,
+        )
+        .await;
+        match ran {
+            Ok((o, _)) if o.exit_code == Some(0) => Ok(()),
+            Ok((o, _)) => Err(format!(
+                "the {name} at {path} does not run in a sandbox ({}: {}); {fix}",
+                o.exit_code
+                    .map_or("it did not finish".to_owned(), |c| format!(
+                        "exit status {c}"
+                    )),
+                o.stderr.trim()
+            )),
+            Err(e) => {
+                // The innermost cause says it: "execute PATH: Permission denied".
+                let mut cause: &dyn std::error::Error = &e;
+                while let Some(inner) = cause.source() {
+                    cause = inner;
+                }
+                Err(format!(
+                    "the {name} at {path} cannot start in a sandbox ({cause}); {fix}"
+                ))
+            }
+        }
+    }
+
     /// Runs a command line in a fresh shell.
     pub(crate) async fn command(
         &self,
@@ -385,6 +449,18 @@ impl LocalSandbox {
                     return Err(Error::InvalidRequest(format!("{language} has no kernel")));
                 };
                 let mut slot = slot.lock().await;
+                // A kernel that died since the last run (killed, out of memory) is found
+                // now, so that this run, which gets a fresh one, says the state is gone.
+                let mut lost_since = None;
+                if let Some(k) = slot.kernel.as_mut()
+                    && let Some(why) = k.lost_since_last_run(&self.jail).await
+                {
+                    // Whatever it left running in its process group goes with it.
+                    k.kill(&self.jail).await;
+                    slot.kernel = None;
+                    slot.lost = false;
+                    lost_since = Some(why);
+                }
                 let was_lost = slot.lost;
                 let kernel = self
                     .live_kernel(&mut slot, runtime, language, settings)
@@ -393,7 +469,17 @@ impl LocalSandbox {
                     .run(&self.jail, req, ctx, &self.limits, settings.interrupt_grace)
                     .await;
                 let mut outcome = report.outcome;
-                if was_lost {
+                if let Some(why) = lost_since {
+                    outcome.kernel_restarted = true;
+                    outcome.notes.insert(
+                        0,
+                        format!(
+                            "The {language} kernel was lost after the previous run (it {why}); \
+                             this run started a fresh one, so variables, imports and definitions \
+                             from earlier runs are gone."
+                        ),
+                    );
+                } else if was_lost {
                     slot.lost = false;
                     outcome.notes.insert(
                         0,

@@ -236,11 +236,7 @@ pub fn http_app(
     let manager = Arc::new(sessions::TenantSessions::new(Arc::clone(&book)));
     sessions::spawn_reaper(Arc::clone(&manager), shutdown);
     let factory_server = server.clone();
-    let mcp = StreamableHttpService::new(
-        move || Ok(factory_server.for_session()),
-        manager,
-        config,
-    );
+    let mcp = StreamableHttpService::new(move || Ok(factory_server.for_session()), manager, config);
     let limiter = Arc::new(RateLimiter::new(
         options.rate_limit,
         server.default_tenant().to_owned(),

@@ -3,13 +3,16 @@
 //!
 //! Set `RUNBOX_BENCH_N` to change the number of iterations (default 30; 300 for the warm
 //! round trip).
+//!
+//! A second table shows what a hostile sandbox costs the server (this process): an output
+//! flood of background processes nobody reads, and huge lines on a kernel's control socket.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use runbox_core::{Backend, ExecContext, ExecRequest, Language, SandboxSpec};
+use runbox_core::{Backend, CommandRequest, ExecContext, ExecRequest, Language, SandboxSpec};
 use runbox_local::{LocalBackend, LocalConfig};
 
 fn stats(mut v: Vec<Duration>) -> (f64, f64) {
@@ -68,6 +71,91 @@ fn descendants(root: i32) -> Vec<i32> {
         i += 1;
     }
     all
+}
+
+/// CPU time this process has used so far, user and system.
+fn own_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let d = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
+    };
+    d(u.user_time()) + d(u.system_time())
+}
+
+/// This process's resident memory now and at its peak since [`reset_peak`], in MiB.
+fn own_memory() -> (f64, f64) {
+    let me = [std::process::id() as i32];
+    let mib = |field| memory_kib(&me, "status", field) as f64 / 1024.0;
+    (mib("VmRSS:"), mib("VmHWM:"))
+}
+
+/// Resets this process's peak resident memory to what it holds now.
+fn reset_peak() {
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+}
+
+/// Two `cat /dev/zero` in the background of one sandbox, unread, for five seconds: the
+/// server's CPU and the sandbox's, in percent of a core.
+async fn background_flood(backend: &LocalBackend) -> (f64, Option<f64>) {
+    let id = backend.create(SandboxSpec::default()).await.unwrap().id;
+    for _ in 0..2 {
+        let req = CommandRequest::new("cat /dev/zero", Duration::from_secs(3600));
+        backend.start_process(&id, req).await.unwrap();
+    }
+    // Let the buffers fill: the steady state is what costs.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let sandbox_cpu = async || backend.status(&id).await.unwrap().cpu_seconds;
+    let (cpu, sandbox, t) = (own_cpu(), sandbox_cpu().await, Instant::now());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let wall = t.elapsed().as_secs_f64();
+    let server = (own_cpu() - cpu).as_secs_f64() / wall * 100.0;
+    let sandbox = match (sandbox, sandbox_cpu().await) {
+        (Some(a), Some(b)) => Some((b - a) / wall * 100.0),
+        _ => None,
+    };
+    backend.close(&id).await.unwrap();
+    (server, sandbox)
+}
+
+/// Code that writes three 64 MiB JSON lines to its kernel's control socket (fd 3).
+const CONTROL_FLOOD: &str = r#"
+import os
+def send(b):
+    v = memoryview(b)
+    while v:
+        v = v[os.write(3, v):]
+mib = b'A' * (1 << 20)
+for _ in range(3):
+    send(b'{"type":"display","data":{"text/plain":"')
+    for _ in range(64):
+        send(mib)
+    send(b'"}}\n')
+'sent'
+"#;
+
+/// The control flood in a warm Python kernel: the server's CPU time, its memory growth
+/// (now and at the peak) in MiB, the run's duration and its notes.
+async fn control_flood(backend: &LocalBackend) -> (Duration, f64, f64, Duration, Vec<String>) {
+    let id = backend.create(SandboxSpec::default()).await.unwrap().id;
+    backend.warm_kernel(&id, Language::Python).await.unwrap();
+    reset_peak();
+    let (rss, _) = own_memory();
+    let (cpu, t) = (own_cpu(), Instant::now());
+    let o = backend
+        .exec(
+            &id,
+            ExecRequest::new(Language::Python, CONTROL_FLOOD, Duration::from_secs(600)),
+            ExecContext::default(),
+        )
+        .await
+        .unwrap();
+    let (took, cpu) = (t.elapsed(), own_cpu() - cpu);
+    let (now, peak) = own_memory();
+    backend.close(&id).await.unwrap();
+    let mut said = o.notes;
+    said.extend(o.error.map(|e| format!("{}: {}", e.name, e.value)));
+    (cpu, now - rss, peak - rss, took, said)
 }
 
 #[tokio::main]
@@ -199,6 +287,9 @@ async fn main() {
     let cg = backend.status(&id).await.unwrap().memory_bytes;
     backend.close(&id).await.unwrap();
 
+    let (flood_server, flood_sandbox) = background_flood(&backend).await;
+    let (ctl_cpu, ctl_rss, ctl_peak, ctl_took, ctl_notes) = control_flood(&backend).await;
+
     println!(
         "\nrunbox local engine, {n} iterations ({} for round trips), {} cores",
         n * 10,
@@ -216,6 +307,20 @@ async fn main() {
         pss as f64 / 1024.0,
         cg.map(|b| format!(", cgroup charge {:.1} MiB", b as f64 / 1048576.0))
             .unwrap_or_default()
+    );
+    println!("\n| a hostile sandbox | server CPU | server memory | note |");
+    println!("|---|---:|---:|---|");
+    println!(
+        "| 2 x cat /dev/zero in the background, unread, 5 s | {flood_server:.1}% of a core | | \
+         sandbox {}; goal < 10% |",
+        flood_sandbox.map_or("?".into(), |s| format!("{s:.1}%"))
+    );
+    println!(
+        "| three 64 MiB lines on a kernel's control socket | {:.2} s | +{ctl_rss:.1} MiB (peak +{ctl_peak:.1} MiB) | \
+         run took {:.1} s; goal < 64 MiB; {} |",
+        ctl_cpu.as_secs_f64(),
+        ctl_took.as_secs_f64(),
+        ctl_notes.join(" ")
     );
 }
 

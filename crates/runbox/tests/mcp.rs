@@ -641,3 +641,170 @@ async fn plots_arrive_as_image_content() {
     assert!(text(&r).contains("(also as text/html)"), "{}", text(&r));
     client.cancel().await.unwrap();
 }
+
+async fn run_in(client: &Client, id: &str, code: &str) -> Value {
+    let r = call(client, "run_code", json!({"sandbox_id": id, "code": code})).await;
+    structured(&r)
+}
+
+/// Waits (up to a minute) until the sandbox no longer lists a running Python kernel.
+async fn wait_for_python_to_die(client: &Client, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = call(client, "get_sandbox_status", json!({"sandbox_id": id})).await;
+        assert!(!is_error(&r), "{}", text(&r));
+        if !structured(&r)["kernels"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("python"))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the kernel did not die: {}",
+            text(&r)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_kernel_that_died_between_runs_is_reported_by_the_next_run() {
+    let (client, _) = stdio_client(&["--pool", "0"], Revision::Stateless).await;
+    let r = call(&client, "create_sandbox", json!({})).await;
+    let id = structured(&r)["sandbox_id"].as_str().unwrap().to_owned();
+    let s = run_in(&client, &id, "import os\nx = 41\nos.getpid()").await;
+    let pid = s["results"][0]["data"]["text/plain"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Killed from outside between two runs: the next run says so, not the one after.
+    let r = call(
+        &client,
+        "run_command",
+        json!({"sandbox_id": id, "command": format!("kill -9 {pid}")}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let s = run_in(&client, &id, "x + 1").await;
+    assert_eq!(s["kernel_restarted"], true, "{s}");
+    let notes = s["notes"].to_string();
+    assert!(notes.contains("lost after the previous run"), "{notes}");
+    assert!(notes.contains("signal 9"), "{notes}");
+    assert_eq!(s["error"]["name"], "NameError", "{s}");
+    let s = run_in(&client, &id, "x = 1\nx + 1").await;
+    assert_eq!(s["kernel_restarted"], false, "{s}");
+    assert_eq!(s["notes"], json!([]), "{s}");
+    assert_eq!(s["results"][0]["data"]["text/plain"], "2", "{s}");
+
+    // Out of memory between runs (a thread the last run left behind), where the sandbox's
+    // memory is measured (cgroups): the next run says the memory limit killed it.
+    let r = call(&client, "get_sandbox_status", json!({"sandbox_id": id})).await;
+    if structured(&r)["memory_bytes"].is_null() {
+        client.cancel().await.unwrap();
+        return;
+    }
+    let s = run_in(
+        &client,
+        &id,
+        "import threading, time\nkept = []\ndef hog():\n    time.sleep(0.2)\n    while True:\n        \
+         kept.append(b'x' * (64 << 20))\nthreading.Thread(target=hog, daemon=True).start()",
+    )
+    .await;
+    assert_eq!(s["error"], Value::Null, "{s}");
+    wait_for_python_to_die(&client, &id).await;
+    let s = run_in(&client, &id, "'fresh'").await;
+    assert_eq!(s["kernel_restarted"], true, "{s}");
+    let notes = s["notes"].to_string();
+    assert!(notes.contains("ran out of memory"), "{notes}");
+    assert_eq!(s["results"][0]["data"]["text/plain"], "'fresh'", "{s}");
+    client.cancel().await.unwrap();
+}
+
+/// A copy of the host's `node` laid out as an installation (`<prefix>/bin/node`,
+/// `<prefix>/lib/node_modules`) in a fresh directory under `parent` with `mode`.
+fn node_installation(parent: &str, mode: u32) -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let host_node = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join("node"))
+        .find(|p| p.is_file())
+        .expect("node on PATH");
+    let host_node = std::fs::canonicalize(host_node).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("runbox-node-")
+        .tempdir_in(parent)
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+    std::fs::create_dir_all(dir.path().join("lib/node_modules")).unwrap();
+    let node = dir.path().join("bin/node");
+    std::fs::copy(&host_node, &node).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+    (dir, node)
+}
+
+#[tokio::test]
+async fn an_interpreter_under_the_hosts_tmp_works() {
+    let (dir, node) = node_installation("/tmp", 0o755);
+    let (client, _) = stdio_client(
+        &["--pool", "0", "--node", node.to_str().unwrap()],
+        Revision::Stateless,
+    )
+    .await;
+    let r = call(
+        &client,
+        "run_code",
+        json!({"code": "process.execPath", "language": "javascript"}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    assert!(text(&r).contains(node.to_str().unwrap()), "{}", text(&r));
+    // Every other language too (a bind the sandbox could not make used to fail them all).
+    let r = call(&client, "run_code", json!({"code": "6 * 7"})).await;
+    assert!(text(&r).contains("42"), "{}", text(&r));
+    // The sandbox's own /tmp stays its own and writable; the host's files there are
+    // read-only, and no other file of the host's /tmp shows.
+    let r = call(
+        &client,
+        "run_command",
+        json!({"command": format!(
+            "touch /tmp/mine && ls /tmp && ! touch {}/x 2>/dev/null && echo read-only",
+            dir.path().display()
+        )}),
+    )
+    .await;
+    let s = structured(&r);
+    let listed: Vec<&str> = s["stdout"].as_str().unwrap().lines().collect();
+    let name = dir.path().file_name().unwrap().to_str().unwrap();
+    assert_eq!(listed, ["mine", name, "read-only"], "{s}");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn serve_refuses_to_start_when_an_interpreter_cannot_run_in_a_sandbox() {
+    // Under /dev, where a sandbox has its own: refused before any sandbox is made.
+    let (_dir, node) = node_installation("/dev/shm", 0o755);
+    let out = serve_command(&["--stdio", "--pool", "0", "--node", node.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(node.to_str().unwrap()), "{err}");
+    assert!(err.contains("/dev"), "{err}");
+    assert!(err.contains("--node PATH"), "{err}");
+    // As root, sandboxes run as other users: a node they cannot read fails the check that
+    // starts each interpreter in a sandbox at start-up.
+    if !running_as_root() {
+        return;
+    }
+    let (_dir, node) = node_installation("/tmp", 0o700);
+    let out = serve_command(&["--stdio", "--pool", "0", "--node", node.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(node.to_str().unwrap()), "{err}");
+    assert!(err.contains("chmod o+rx"), "{err}");
+}

@@ -602,3 +602,30 @@ async fn oauth_access_tokens_are_checked_against_the_issuers_keys() {
     u2.cancel().await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_one_shot_run_is_not_held_against_the_tenants_sandbox_quota() {
+    let (client, _) = stdio_client(
+        &["--pool", "0", "--max-sandboxes-per-tenant", "1"],
+        Revision::Stateless,
+    )
+    .await;
+    let r = call(&client, "create_sandbox", json!({})).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    // The tenant holds its one sandbox; a run without an id still gets a sandbox of its own.
+    let r = call(&client, "run_code", json!({"code": "print(6 * 7)"})).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    assert_eq!(structured(&r)["stdout"], "42\n", "{}", text(&r));
+    assert_eq!(structured(&r)["ephemeral"], true);
+    let r = call(&client, "run_command", json!({"command": "echo one-shot"})).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    // A second sandbox to keep is still refused, and says why in a sentence.
+    let r = call(&client, "create_sandbox", json!({})).await;
+    assert!(is_error(&r));
+    assert!(
+        text(&r).contains("you hold 1 sandbox, the most one tenant may hold at once (1)"),
+        "{}",
+        text(&r)
+    );
+    client.cancel().await.unwrap();
+}

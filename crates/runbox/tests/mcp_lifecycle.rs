@@ -313,3 +313,55 @@ async fn the_idle_timeout_can_change_and_stands_still_while_paused() {
     assert!(is_error(&r), "the sandbox did not expire: {}", text(&r));
     client.cancel().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_running_background_process_keeps_its_sandbox_alive() {
+    let (client, _) = stdio_client(&["--pool", "0"], Revision::Stateless).await;
+    let r = call(&client, "create_sandbox", json!({"timeout_seconds": 1})).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let id = structured(&r)["sandbox_id"].as_str().unwrap().to_owned();
+    let p = background(
+        &client,
+        &id,
+        "while [ ! -e /workspace/stop ]; do sleep 0.1; done; echo stopped",
+    )
+    .await;
+    // Three idle timeouts pass with no call that uses the sandbox (status does not): the
+    // process runs, so the sandbox is not idle.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(3) {
+        let r = call(&client, "get_sandbox_status", json!({"sandbox_id": id})).await;
+        assert!(
+            !is_error(&r),
+            "the sandbox expired while its background process ran: {}",
+            text(&r)
+        );
+        let running = &structured(&r)["background_processes"][0];
+        assert_eq!(running["process_id"], p.as_str(), "{running}");
+        assert_eq!(running["exit_code"], Value::Null, "{running}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Once it has ended, the idle clock runs again and the sandbox expires.
+    let r = call(
+        &client,
+        "write_file",
+        json!({"sandbox_id": id, "path": "stop", "content": ""}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = call(&client, "get_sandbox_status", json!({"sandbox_id": id})).await;
+        if is_error(&r) {
+            assert!(text(&r).contains("not found"), "{}", text(&r));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sandbox did not expire once its process ended: {}",
+            text(&r)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    client.cancel().await.unwrap();
+}

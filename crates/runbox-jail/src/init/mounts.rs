@@ -9,7 +9,9 @@
 //! /etc              generated files plus a few read-only host files (from the policy)
 //! /dev              null zero full random urandom tty, pts (new instance), shm; read-only
 //! /proc             a new proc for the sandbox's PID namespace, sensitive files masked
-//! /workspace, /tmp  size- and inode-capped tmpfs, writable
+//! /workspace, /tmp  size- and inode-capped tmpfs, writable (a bind whose target lies
+//!                   under one, such as an interpreter kept under the host's /tmp, is
+//!                   mounted on top of it, after it)
 //! ```
 //!
 //! Then `pivot_root` into it and detach the old root, so no path leads back to the host.
@@ -66,7 +68,11 @@ pub(crate) fn build(policy: &JailPolicy) -> Result<(), SetupError> {
         root.display()
     )))?;
 
-    for bind in &policy.spec.binds {
+    // Binds under /workspace or /tmp would be hidden by those tmpfs: they come after them.
+    let on_tmpfs = |target: &Path| {
+        target.starts_with(JailPolicy::WORKSPACE) || target.starts_with(JailPolicy::TMP)
+    };
+    for bind in policy.spec.binds.iter().filter(|b| !on_tmpfs(&b.target)) {
         bind_read_only(&bind.source, &at(&bind.target))?;
     }
     for (path, target) in &policy.spec.symlinks {
@@ -85,11 +91,14 @@ pub(crate) fn build(policy: &JailPolicy) -> Result<(), SetupError> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
     )?;
     mount_tmpfs(
-        &at(Path::new("/tmp")),
+        &at(Path::new(JailPolicy::TMP)),
         policy.spec.tmp,
         "mode=1777",
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
     )?;
+    for bind in policy.spec.binds.iter().filter(|b| on_tmpfs(&b.target)) {
+        bind_read_only(&bind.source, &at(&bind.target))?;
+    }
 
     for file in &policy.spec.files {
         let path = at(&file.path);
