@@ -36,7 +36,7 @@ use crate::profiles::{Profile, Sessions};
 use crate::render;
 use crate::resources::{self, DataCatalog, SANDBOX_FILE_TEMPLATE, Target};
 use crate::subscriptions::{Refused, Subscriptions};
-use crate::tasks::{INLINE_WAIT, Started, TASK_TOOLS, TaskSettings, Tasks};
+use crate::tasks::{Started, TASK_TOOLS, TaskSettings, Tasks};
 use crate::types::{
     CloseSandboxOutput, CreateSandboxArgs, CreateSandboxOutput, EnforcedLimitsOut, LimitsOut,
     ListSandboxesOutput, NetworkArg, ProcessOut, RunCodeArgs, RunCodeOutput, RunCommandArgs,
@@ -971,7 +971,7 @@ impl RunboxServer {
             .min(s.max_run_timeout)
     }
 
-    /// Runs a tool call as a task: its result if the run ends within [`INLINE_WAIT`], else
+    /// Runs a tool call as a task: its result if the run ends within [`TaskSettings::inline_wait`], else
     /// the task to poll. The run no longer belongs to the request once the task is
     /// answered: it sends no progress, and only `tasks/cancel` interrupts it.
     async fn call_as_task(
@@ -1022,7 +1022,7 @@ impl RunboxServer {
                 self.state.tasks.forget(&task.task_id);
                 r.unwrap_or_else(|_| Err(gone()))
             }
-            () = tokio::time::sleep(INLINE_WAIT) => {
+            () = tokio::time::sleep(self.state.settings.tasks.inline_wait) => {
                 Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
             }
             () = context.ct.cancelled() => {

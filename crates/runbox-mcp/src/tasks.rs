@@ -3,7 +3,10 @@
 //! declare the extension, so a run longer than a client waits for an answer (many stop at
 //! 60 s) is polled to its result instead.
 //!
-//! Such a call starts the run at once and waits [`INLINE_WAIT`] for it: a run that ends by
+//! Such a call starts the run at once and waits [`TaskSettings::inline_wait`] for it (30 s by
+//! default: well inside the 60 s many clients wait, and long enough that a client which
+//! declares the extension but does not poll, as MCP Inspector's CLI does, still gets
+//! ordinary runs answered as usual): a run that ends by
 //! then is answered as usual (the extension's immediate-result shortcut); a longer one is
 //! answered with a task (`resultType: "task"`, its `taskId`), which `tasks/get` reports as
 //! `working` and then `completed` with the tool's result inlined (`isError` results too),
@@ -36,9 +39,6 @@ use crate::render;
 /// The tools a client that declares the extension may get a task for.
 pub(crate) const TASK_TOOLS: [&str; 3] = ["run_code", "run_command", "install_packages"];
 
-/// How long a task-augmented call waits for its run before answering with a task.
-pub(crate) const INLINE_WAIT: Duration = Duration::from_secs(1);
-
 /// How often clients are asked to poll `tasks/get`, in milliseconds.
 const POLL_INTERVAL_MS: u64 = 1_000;
 
@@ -51,6 +51,8 @@ pub struct TaskSettings {
     pub max_tasks: usize,
     /// How long a finished task's result is kept after it ends.
     pub result_ttl: Duration,
+    /// How long a task-augmented call waits for its run before answering with a task.
+    pub inline_wait: Duration,
 }
 
 impl Default for TaskSettings {
@@ -59,6 +61,7 @@ impl Default for TaskSettings {
             max_per_tenant: 32,
             max_tasks: 1024,
             result_ttl: Duration::from_secs(300),
+            inline_wait: Duration::from_secs(30),
         }
     }
 }
@@ -354,6 +357,7 @@ mod tests {
             max_per_tenant: per_tenant,
             max_tasks: total,
             result_ttl: Duration::from_secs(10),
+            inline_wait: Duration::from_secs(1),
         }
     }
 

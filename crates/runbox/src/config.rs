@@ -109,6 +109,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RUNBOX_TASK_RESULT_TTL", value_name = "SECONDS")]
     pub(crate) task_result_ttl: Option<f64>,
 
+    /// Seconds a run of a client that declares the tasks extension may take before the call
+    /// is answered with a task to poll [default: 30].
+    #[arg(long, env = "RUNBOX_TASK_AFTER", value_name = "SECONDS")]
+    pub(crate) task_after: Option<f64>,
+
     /// Append one JSON line per tool call to FILE (time, tenant, tool, sandbox, outcome,
     /// duration).
     #[arg(long, env = "RUNBOX_AUDIT_LOG", value_name = "FILE")]
@@ -272,6 +277,7 @@ struct FileConfig {
     max_tasks_per_tenant: Option<usize>,
     max_tasks: Option<usize>,
     task_result_ttl: Option<f64>,
+    task_after: Option<f64>,
     audit_log: Option<PathBuf>,
     audit_code: Option<bool>,
     allowed_hosts: Option<Vec<String>>,
@@ -821,6 +827,14 @@ impl ServeConfig {
                     task_defaults.result_ttl.as_secs_f64(),
                 ),
             )?,
+            inline_wait: secs(
+                "task_after",
+                pick(
+                    args.task_after,
+                    file.task_after,
+                    task_defaults.inline_wait.as_secs_f64(),
+                ),
+            )?,
         };
         let audit_log = args.audit_log.or(file.audit_log);
         let audit_code = args.audit_code || file.audit_code.unwrap_or(false);
@@ -1223,17 +1237,20 @@ mod tests {
         assert_eq!(c.tasks.max_per_tenant, 32);
         assert_eq!(c.tasks.max_tasks, 1024);
         assert_eq!(c.tasks.result_ttl, Duration::from_secs(300));
+        assert_eq!(c.tasks.inline_wait, Duration::from_secs(30));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runbox.toml");
         std::fs::write(
             &path,
-            "stdio = true\nmax_tasks_per_tenant = 2\nmax_tasks = 9\ntask_result_ttl = 1.5\n",
+            "stdio = true\nmax_tasks_per_tenant = 2\nmax_tasks = 9\ntask_result_ttl = 1.5\n\
+             task_after = 2\n",
         )
         .unwrap();
         let c = resolve(&["--config", path.to_str().unwrap(), "--max-tasks", "7"]).unwrap();
         assert_eq!(c.tasks.max_per_tenant, 2);
         assert_eq!(c.tasks.max_tasks, 7);
         assert_eq!(c.tasks.result_ttl, Duration::from_millis(1500));
+        assert_eq!(c.tasks.inline_wait, Duration::from_secs(2));
         let e = resolve(&["--stdio", "--task-result-ttl", "0"])
             .unwrap_err()
             .to_string();

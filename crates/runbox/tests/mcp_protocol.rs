@@ -621,7 +621,15 @@ fn invalid_params(r: Result<impl std::fmt::Debug, ServiceError>) -> bool {
 async fn long_runs_are_tasks_polled_to_their_result_in_both_revisions() {
     let dir = tempfile::tempdir().unwrap();
     let (tokens, alice, bob) = two_tenants(&dir);
-    let server = HttpServer::start(&["--pool", "0", "--tokens", tokens.to_str().unwrap()]).await;
+    let server = HttpServer::start(&[
+        "--pool",
+        "0",
+        "--tokens",
+        tokens.to_str().unwrap(),
+        "--task-after",
+        "1",
+    ])
+    .await;
     for revision in [Revision::Legacy, Revision::Stateless] {
         let a = recording_client_with_token(&server.url, &alice, revision, Recorder::with_tasks())
             .await;
@@ -762,6 +770,8 @@ async fn tasks_are_bounded_per_tenant_and_forgotten_after_their_ttl() {
         "--max-runs-per-tenant",
         "1",
         "--task-result-ttl",
+        "1",
+        "--task-after",
         "1",
     ])
     .await;
