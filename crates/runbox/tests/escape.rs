@@ -998,7 +998,12 @@ PY
         .await
         .expect("the flipper did not start");
     let (mut wrote, mut refusals, mut reads) = (0, 0, 0);
-    for i in 0..300 {
+    // At least 300 rounds, and on until both sides of the race have been seen: on a loaded
+    // machine the flipper may get no CPU for a while, and the swap then stands still.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut i = 0;
+    while i < 300 || ((wrote == 0 || refusals == 0) && std::time::Instant::now() < deadline) {
+        i += 1;
         match b
             .write_file(&id, &format!("d/{tag}-{i}"), b"x".to_vec(), false)
             .await

@@ -125,7 +125,8 @@ async fn background_output_arrives_incrementally_and_kills_leave_nothing() {
     let r = call(
         &client,
         "run_command",
-        json!({"sandbox_id": id, "command": "cat /proc/[0-9]*/comm 2>/dev/null | sort | uniq -c"}),
+        // Every process but zombies (ended, not yet reaped by the init): name and state.
+        json!({"sandbox_id": id, "command": "cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 != \"Z\" {print $2}' | sort | uniq -c"}),
     )
     .await;
     assert!(
