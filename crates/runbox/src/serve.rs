@@ -13,15 +13,16 @@ use runbox_mcp::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ServeArgs, ServeConfig, Transport};
+use crate::config::{ServeConfig, Transport};
 
 /// Exit status for a configuration the server refuses to start with.
-const EXIT_CONFIG: u8 = 2;
+pub(crate) const EXIT_CONFIG: u8 = 2;
 /// Exit status when the server failed while running.
 const EXIT_FAILED: u8 = 1;
 
-pub(crate) async fn main(args: ServeArgs) -> u8 {
-    let config = match ServeConfig::resolve(args) {
+/// `runbox serve` with its flags and variables as parsed (`given`).
+pub(crate) async fn main(given: &clap::ArgMatches) -> u8 {
+    let config = match ServeConfig::load(given) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("runbox serve: {e:#}");
