@@ -407,7 +407,7 @@ pub(crate) struct ServeConfig {
     /// Limits on task-augmented calls.
     pub(crate) tasks: runbox_mcp::TaskSettings,
     /// Caps and timeouts of HTTP connections.
-    pub(crate) connections: runbox_mcp::ConnectionLimits,
+    pub(crate) connections: runbox_http::ConnectionLimits,
     /// Caps and expiry of MCP sessions.
     pub(crate) sessions: runbox_mcp::SessionLimits,
     /// The audit log, and whether it records code.

@@ -2,7 +2,8 @@
 
 use anyhow::bail;
 use clap::Args;
-use runbox_mcp::{ConnectionLimits, SessionLimits};
+use runbox_http::ConnectionLimits;
+use runbox_mcp::SessionLimits;
 
 use super::secs;
 
