@@ -109,8 +109,10 @@ pub(crate) fn merge(
     }
     cmd.clone()
         .try_get_matches_from(argv)
-        .map_err(|e| anyhow::anyhow!("{}", reason(&e)))
-        .with_context(|| format!("combining the flags and variables with {path}"))
+        .map_err(|e| match file {
+            Some(_) => anyhow::anyhow!("{path}, with the flags and variables: {}", reason(&e)),
+            None => anyhow::anyhow!("{}", reason(&e)),
+        })
 }
 
 /// The arguments that are settings: all but clap's own (help, version).
