@@ -1253,13 +1253,13 @@ mod tests {
         let p = write(
             &dir,
             "stdio = true\nallowed_host = [\"a.example\"]\nallowed_origin = [\"https://a.example\"]\n\
-             allow_host = [\"pypi.org\"]\nallow_address = [\"10.1.0.0/16\"]\noutput_limit = 5000\n\
+             allow_host = [\"pkgs.example.org\"]\nallow_address = [\"10.1.0.0/16\"]\noutput_limit = 5000\n\
              tmp_mb = 64\ninodes = 1000\nopen_files = 256\n",
         );
         let c = resolve(&["--config", &p]).unwrap();
         assert!(c.allowed_hosts.contains(&"a.example".to_owned()));
         assert_eq!(c.allowed_origins, ["https://a.example"]);
-        assert_eq!(c.egress_hosts.unwrap().to_string(), "pypi.org");
+        assert_eq!(c.egress_hosts.unwrap().to_string(), "pkgs.example.org");
         assert_eq!(c.egress_addresses.len(), 1);
         assert_eq!(
             (
@@ -1273,12 +1273,12 @@ mod tests {
         // The names of before: the plural keys and the [limits] table.
         let p = write(
             &dir,
-            "stdio = true\nallowed_hosts = [\"b.example\"]\nallow_hosts = [\"npmjs.org\"]\n\
+            "stdio = true\nallowed_hosts = [\"b.example\"]\nallow_hosts = [\"npm.example.org\"]\n\
              allow_addresses = [\"10.2.0.0/16\"]\n[limits]\noutput_bytes = 7000\nmemory_mb = 300\n",
         );
         let c = resolve(&["--config", &p]).unwrap();
         assert!(c.allowed_hosts.contains(&"b.example".to_owned()));
-        assert_eq!(c.egress_hosts.unwrap().to_string(), "npmjs.org");
+        assert_eq!(c.egress_hosts.unwrap().to_string(), "npm.example.org");
         assert_eq!(c.egress_addresses.len(), 1);
         assert_eq!((c.limits.output_bytes, c.limits.memory_mb), (7000, 300));
         // One setting under two names is an error, not a guess.
