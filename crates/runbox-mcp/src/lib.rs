@@ -3,14 +3,14 @@
 //! runbox's MCP surface: the tools (`server` for runs and sandboxes, `files` for the file
 //! tools), their schemas and results (`types`), resources (`resources`: sandbox files and the
 //! operator's data files), prompts (`prompts`), and the stdio and streamable HTTP
-//! transports. It speaks only to `runbox_core` (the registry in front of a backend) and
+//! transports (the HTTP one a front of `runbox-http`, which authenticates, rate-limits and
+//! serves it). It speaks only to `runbox_core` (the registry in front of a backend) and
 //! never to a backend directly, so every tool answers in the same shape whatever the
 //! backend. It owns the mapping from backend outcomes and errors to tool results
 //! (`render`): failures a caller can act on are tool results with `isError`, never protocol
 //! errors, and never silent empty answers.
 
 mod audit;
-mod auth;
 mod budget;
 mod caller;
 mod completions;
@@ -22,7 +22,6 @@ mod jsonrpc;
 mod lenient;
 mod lifecycle;
 mod logging;
-mod metrics;
 mod outputs;
 mod packages;
 mod profiles;
@@ -36,15 +35,12 @@ mod transport;
 pub mod types;
 
 pub use audit::AuditLog;
-pub use auth::{AuthFailure, Authenticator, HttpAuth};
 pub use budget::{DEFAULT_MESSAGE_LIMIT, MAX_MESSAGE_LIMIT, MIN_MESSAGE_LIMIT};
 pub use caller::Caller;
-pub use metrics::{Metrics, Rejection};
 pub use profiles::{Profile, UnknownProfile};
 pub use resources::SANDBOX_FILE_TEMPLATE;
 pub use server::{INSTRUCTIONS, PackageNetwork, RunboxServer, ServerSettings};
 pub use tasks::TaskSettings;
 pub use transport::{
-    ConnectionLimits, HttpOptions, MAX_REQUEST_BYTES, SessionLimits, TransportError, http_app,
-    serve_http, serve_stdio,
+    HttpOptions, MAX_REQUEST_BYTES, SessionLimits, TransportError, http_front, serve_stdio,
 };

@@ -30,7 +30,6 @@ use crate::audit::{self, AuditLog};
 use crate::caller::{Caller, caller_of};
 use crate::completions;
 use crate::logging::{self, Logs};
-use crate::metrics::{Metrics, RunOutcome};
 use crate::outputs::OutputStore;
 use crate::profiles::{Profile, Sessions};
 use crate::render;
@@ -43,6 +42,7 @@ use crate::types::{
     RunCommandOutput, SandboxArgs, SandboxStatusOutput, SandboxSummary, language_arg,
     run_code_output, run_command_output,
 };
+use runbox_http::{Metrics, RunOutcome};
 
 /// What the server needs beyond the registry.
 #[derive(Debug, Clone)]

@@ -1,39 +1,29 @@
-//! The two transports: stdio (what desktop clients spawn) and streamable HTTP (`/mcp`,
-//! plus `/healthz`). Both revisions in use are answered on each: 2025-11-25 with
-//! `initialize` and sessions, 2026-07-28 stateless with `server/discover`; rmcp negotiates.
-//! Sandbox ids are tool arguments, never tied to an HTTP session. Over HTTP, `/mcp` can
-//! require a bearer token and limit each tenant's request rate (see [`crate::auth`]);
-//! `/metrics` serves Prometheus metrics.
+//! The two transports: stdio (what desktop clients spawn) and streamable HTTP (`/mcp`).
+//! Both revisions in use are answered on each: 2025-11-25 with `initialize` and sessions,
+//! 2026-07-28 stateless with `server/discover`; rmcp negotiates. Sandbox ids are tool
+//! arguments, never tied to an HTTP session.
 //!
-//! Around rmcp: the stdio transport answers every request, even one it cannot read
-//! ([`stdio`]); over HTTP, the server's own accept loop caps and times out connections
-//! ([`listener`]), a request gate answers bodies rmcp cannot take with JSON-RPC errors
-//! ([`gate`]), and sessions belong to their tenant, are capped, expire when idle, and cancel
-//! a request whose client went away ([`sessions`]).
+//! Over HTTP, `/mcp` is a front of the shared HTTP layer (`runbox-http`), which serves the
+//! connections, authenticates callers, limits their rate, and serves `/healthz` and
+//! `/metrics` beside it. What is MCP's own stays here, around rmcp: the stdio transport
+//! answers every request, even one it cannot read ([`stdio`]); over HTTP, a request gate
+//! answers bodies rmcp cannot take with JSON-RPC errors ([`gate`]), sessions belong to their
+//! tenant, are capped, expire when idle, and cancel a request whose client went away
+//! ([`sessions`]), and rmcp checks `Host` and `Origin`.
 
 mod gate;
-mod listener;
 mod sessions;
 mod stdio;
 
-pub use listener::ConnectionLimits;
 pub use sessions::SessionLimits;
 
 use std::sync::Arc;
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::{HeaderMap, header};
 use axum::middleware::from_fn_with_state;
-use axum::response::IntoResponse;
-use axum::routing::get;
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{
-    AuthState, HttpAuth, RESOURCE_METADATA_PATH, RateLimiter, authenticate, rate_limit,
-};
 use crate::server::RunboxServer;
 
 /// Why a transport stopped with an error.
@@ -42,9 +32,6 @@ pub enum TransportError {
     /// The MCP session could not start.
     #[error("MCP over stdio: {0}")]
     Stdio(String),
-    /// The HTTP server failed.
-    #[error("HTTP server: {0}")]
-    Http(#[from] std::io::Error),
 }
 
 /// Largest request, in bytes, on either transport: room for the largest `write_file`
@@ -77,7 +64,8 @@ pub async fn serve_stdio(
     Ok(())
 }
 
-/// Settings of the HTTP transport.
+/// Settings of the MCP front over HTTP (authentication, rates and connections are the shared
+/// layer's).
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// `Host` header values accepted (DNS-rebinding protection); loopback names by default.
@@ -88,13 +76,6 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Largest request body, in bytes (code travels in requests).
     pub max_request_bytes: usize,
-    /// Who may use `/mcp`; `None`: anyone who can connect (the server's one local tenant).
-    pub auth: Option<HttpAuth>,
-    /// Requests a minute each tenant may send to `/mcp` unless its token says otherwise;
-    /// `None`: no limit.
-    pub rate_limit: Option<u32>,
-    /// Caps and timeouts of connections.
-    pub connections: ConnectionLimits,
     /// Caps and expiry of MCP sessions.
     pub sessions: SessionLimits,
 }
@@ -105,9 +86,6 @@ impl Default for HttpOptions {
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             allowed_origins: Vec::new(),
             max_request_bytes: MAX_REQUEST_BYTES,
-            auth: None,
-            rate_limit: None,
-            connections: ConnectionLimits::default(),
             sessions: SessionLimits::default(),
         }
     }
@@ -143,49 +121,6 @@ impl HttpOptions {
     }
 }
 
-/// A response body that keeps `T` alive until it is done or dropped: how a request's
-/// activity (on its connection, in its session) lasts as long as its answer streams.
-pub(crate) struct HeldBody<T> {
-    body: axum::body::Body,
-    _held: T,
-}
-
-impl<T> HeldBody<T> {
-    pub(crate) fn new(body: axum::body::Body, held: T) -> Self {
-        Self { body, _held: held }
-    }
-}
-
-impl<T: Unpin> http_body::Body for HeldBody<T> {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
-async fn healthz(State(server): State<RunboxServer>) -> Json<serde_json::Value> {
-    let r = server.registry();
-    Json(serde_json::json!({
-        "status": "ok",
-        "backend": r.backend().name(),
-        "sandboxes": r.count(),
-        "pooled": r.pooled(),
-    }))
-}
-
 /// Ending a session (`DELETE /mcp`) answers `204 No Content` rather than rmcp's `202`:
 /// nothing is pending after a deletion, and the Python SDK reports 202 as a failed
 /// termination.
@@ -201,28 +136,14 @@ async fn session_end_is_no_content(
     response
 }
 
-async fn metrics(State(server): State<RunboxServer>) -> impl IntoResponse {
-    let text = server.metrics().render(server.registry().census());
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
-}
-
-async fn resource_metadata(State(auth): State<HttpAuth>, headers: HeaderMap) -> impl IntoResponse {
-    Json(auth.resource_metadata(&headers))
-}
-
-/// The HTTP application: `/mcp` (behind authentication and rate limits when configured),
-/// `/healthz`, `/metrics`, and with OAuth the protected-resource metadata.
-pub fn http_app(
+/// The MCP front: `/mcp`, through the request gate and the session guard to rmcp's service.
+/// The shared layer puts authentication and rate limits (POSTs: one message each) in front
+/// of it, and names it the OAuth protected resource `/mcp`.
+pub fn http_front(
     server: RunboxServer,
     options: &HttpOptions,
     shutdown: CancellationToken,
-) -> axum::Router {
+) -> runbox_http::Front {
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(options.allowed_hosts.clone())
         .with_allowed_origins(options.origins())
@@ -237,15 +158,9 @@ pub fn http_app(
     sessions::spawn_reaper(Arc::clone(&manager), shutdown);
     let factory_server = server.clone();
     let mcp = StreamableHttpService::new(move || Ok(factory_server.for_session()), manager, config);
-    let limiter = Arc::new(RateLimiter::new(
-        options.rate_limit,
-        server.default_tenant().to_owned(),
-        Arc::clone(server.metrics()),
-    ));
     let tenant = server.default_tenant().to_owned();
-    // Layers run outside in: authentication first, then the rate of the tenant it found, the
-    // request gate, and the session guard.
-    let mut mcp = axum::Router::new()
+    // Layers run outside in: the request gate, then the session guard.
+    let router = axum::Router::new()
         .nest_service("/mcp", mcp)
         .layer(from_fn_with_state(
             sessions::GuardState {
@@ -263,71 +178,10 @@ pub fn http_app(
             },
             gate::gate,
         ))
-        .layer(from_fn_with_state(limiter, rate_limit));
-    let mut app = axum::Router::new()
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .with_state(server.clone());
-    if let Some(auth) = &options.auth {
-        mcp = mcp.layer(from_fn_with_state(
-            AuthState {
-                auth: auth.clone(),
-                metrics: Arc::clone(server.metrics()),
-            },
-            authenticate,
-        ));
-        if !auth.authorization_servers.is_empty() {
-            app = app.merge(
-                axum::Router::new()
-                    .route(RESOURCE_METADATA_PATH, get(resource_metadata))
-                    .route(
-                        "/.well-known/oauth-protected-resource",
-                        get(resource_metadata),
-                    )
-                    .with_state(auth.clone()),
-            );
-        }
-    }
-    app.merge(mcp)
-        .layer(axum::middleware::from_fn(session_end_is_no_content))
-}
-
-/// How long requests in flight may take to finish once shutdown starts.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Serves `app` on `listener` until `shutdown` fires, then gives the requests in flight
-/// [`SHUTDOWN_GRACE`] to finish (a client holding a connection open cannot keep the server
-/// up). Connections are capped and timed out by `options.connections`.
-pub async fn serve_http(
-    listener: tokio::net::TcpListener,
-    app: axum::Router,
-    options: &HttpOptions,
-    metrics: Arc<crate::Metrics>,
-    shutdown: CancellationToken,
-) -> Result<(), TransportError> {
-    let force = CancellationToken::new();
-    let grace = {
-        let (shutdown, force) = (shutdown.clone(), force.clone());
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-            tracing::warn!(
-                "connections still open {SHUTDOWN_GRACE:?} after shutdown began; closing them"
-            );
-            force.cancel();
-        })
-    };
-    listener::serve(
-        listener,
-        app,
-        options.connections.clone(),
-        metrics,
-        shutdown,
-        force,
-    )
-    .await;
-    grace.abort();
-    Ok(())
+        .layer(axum::middleware::from_fn(session_end_is_no_content));
+    runbox_http::Front::new(router)
+        .rate_counts(|method| method == axum::http::Method::POST)
+        .oauth_resource("/mcp")
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The server's authentication: runbox's own tokens (a tokens file, reloaded when it
-//! changes) and OAuth access tokens (JWTs of one issuer), behind the HTTP transport's
+//! changes) and OAuth access tokens (JWTs of one issuer), behind the shared HTTP layer's
 //! [`Authenticator`]. Each token stands for a tenant; a token's limits in the file become
 //! that tenant's quotas. With `--auth passthrough` (the e2b backend), the bearer value is
 //! instead the caller's own provider key, and the tenant is named after its hash.
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use runbox_auth::{JwtConfig, JwtValidator, Principal, TokenStore};
 use runbox_core::{QuotaLookup, TenantQuota};
-use runbox_mcp::{AuthFailure, Authenticator, Caller, HttpAuth};
+use runbox_http::{AuthFailure, Authenticator, Caller, HttpAuth};
 
 use crate::config::AuthConfig;
 

@@ -1,26 +1,46 @@
-//! `runbox serve` configuration: flags (each with a `RUNBOX_*` variable) over an optional
-//! TOML file over defaults, validated into one [`ServeConfig`] before anything starts.
+//! `runbox serve` configuration: one schema, [`ServeArgs`], names every setting once. Each
+//! field is a setting: its id (the field's name) is its TOML key, `--` and the id in kebab
+//! case its flag, `RUNBOX_` and the id in upper case its variable; its doc comment is its
+//! help, and its default (`default_value_t`, or the doc's `[default: ...]` when it depends
+//! on other settings) is the one place that default is given. A test checks the three names
+//! agree, and that the README's configuration table shows every setting with its default.
+//!
+//! A flag wins over its variable, both over the `--config` TOML file, and the file over the
+//! defaults ([`layers`] merges them without naming any setting). The merged settings are
+//! then checked and turned into one [`ServeConfig`] before anything starts; each backend's
+//! own settings are checked by its module ([`e2b`], [`local`]).
+//!
+//! To add a setting: a field in [`ServeArgs`] (or the flattened struct it belongs to) with
+//! `#[arg(long, env = "RUNBOX_...")]` and a doc comment, its use in
+//! [`ServeConfig::resolve`], and its row in the README's configuration table.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use clap::Args;
+use anyhow::bail;
+use clap::{ArgMatches, Args, FromArgMatches};
 use runbox_core::Limits;
 use runbox_mcp::Profile;
-use serde::Deserialize;
 
 use crate::cli::EngineArgs;
 
+mod e2b;
 mod http;
+mod layers;
+mod local;
 
-/// Flags of `runbox serve`. Unset flags fall back to the config file, then to defaults.
+pub(crate) use e2b::{E2bArgs, E2bSettings};
+
+/// How the server's environment is read (tests give their own).
+pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Result<String, std::env::VarError>;
+
+/// Every setting of `runbox serve`: flags, `RUNBOX_*` variables and TOML keys alike.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// Serve MCP on stdin and stdout (what desktop clients spawn).
-    #[arg(long, conflicts_with = "http")]
+    #[arg(long, env = "RUNBOX_STDIO", conflicts_with = "http")]
     pub(crate) stdio: bool,
 
     /// Serve MCP over streamable HTTP at ADDR (endpoint /mcp, plus /healthz), e.g.
@@ -37,10 +57,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "RUNBOX_INSECURE_PUBLIC")]
     pub(crate) insecure_public: bool,
 
-    /// Where sandboxes run: local (this machine, the default) or e2b (E2B or Novita cloud
-    /// sandboxes; see the --e2b-* settings).
-    #[arg(long, env = "RUNBOX_BACKEND", value_name = "NAME")]
-    pub(crate) backend: Option<BackendKind>,
+    /// Where sandboxes run: local (this machine) or e2b (E2B or Novita cloud sandboxes; see
+    /// the --e2b-* settings).
+    #[arg(long, env = "RUNBOX_BACKEND", value_name = "NAME", value_enum,
+          default_value_t = BackendKind::Local)]
+    pub(crate) backend: BackendKind,
 
     #[command(flatten)]
     pub(crate) e2b: E2bArgs,
@@ -96,130 +117,123 @@ pub(crate) struct ServeArgs {
     pub(crate) rate_limit: Option<u32>,
 
     /// Most tasks (long runs polled with tasks/get) one tenant may hold at once, running or
-    /// finished and not yet forgotten [default: 32].
-    #[arg(long, env = "RUNBOX_MAX_TASKS_PER_TENANT", value_name = "N")]
-    pub(crate) max_tasks_per_tenant: Option<usize>,
+    /// finished and not yet forgotten.
+    #[arg(long, env = "RUNBOX_MAX_TASKS_PER_TENANT", value_name = "N",
+          default_value_t = runbox_mcp::TaskSettings::default().max_per_tenant)]
+    pub(crate) max_tasks_per_tenant: usize,
 
-    /// Most tasks held at once, all tenants together [default: 1024].
-    #[arg(long, env = "RUNBOX_MAX_TASKS", value_name = "N")]
-    pub(crate) max_tasks: Option<usize>,
+    /// Most tasks held at once, all tenants together.
+    #[arg(long, env = "RUNBOX_MAX_TASKS", value_name = "N",
+          default_value_t = runbox_mcp::TaskSettings::default().max_tasks)]
+    pub(crate) max_tasks: usize,
 
-    /// Seconds a finished task's result is kept for tasks/get after the run ends
-    /// [default: 300].
-    #[arg(long, env = "RUNBOX_TASK_RESULT_TTL", value_name = "SECONDS")]
-    pub(crate) task_result_ttl: Option<f64>,
+    /// Seconds a finished task's result is kept for tasks/get after the run ends.
+    #[arg(long, env = "RUNBOX_TASK_RESULT_TTL", value_name = "SECONDS",
+          default_value_t = runbox_mcp::TaskSettings::default().result_ttl.as_secs_f64())]
+    pub(crate) task_result_ttl: f64,
 
     /// Seconds a run of a client that declares the tasks extension may take before the call
-    /// is answered with a task to poll [default: 30].
-    #[arg(long, env = "RUNBOX_TASK_AFTER", value_name = "SECONDS")]
-    pub(crate) task_after: Option<f64>,
+    /// is answered with a task to poll.
+    #[arg(long, env = "RUNBOX_TASK_AFTER", value_name = "SECONDS",
+          default_value_t = runbox_mcp::TaskSettings::default().inline_wait.as_secs_f64())]
+    pub(crate) task_after: f64,
 
     /// Append one JSON line per tool call to FILE (time, tenant, tool, sandbox, outcome,
     /// duration).
     #[arg(long, env = "RUNBOX_AUDIT_LOG", value_name = "FILE")]
     pub(crate) audit_log: Option<PathBuf>,
 
-    /// Also write the code and commands of each call in the audit log.
-    #[arg(long, env = "RUNBOX_AUDIT_CODE", requires = "audit_log")]
+    /// Also write the code and commands of each call in the audit log (needs --audit-log).
+    #[arg(long, env = "RUNBOX_AUDIT_CODE")]
     pub(crate) audit_code: bool,
 
     /// Host header value accepted on HTTP, besides localhost (DNS-rebinding protection);
     /// repeatable.
     #[arg(
-        long = "allowed-host",
-        env = "RUNBOX_ALLOWED_HOSTS",
-        value_delimiter = ','
-    )]
-    pub(crate) allowed_hosts: Vec<String>,
-
-    /// Browser Origin accepted on HTTP (scheme://host:port); repeatable.
-    #[arg(
-        long = "allowed-origin",
-        env = "RUNBOX_ALLOWED_ORIGINS",
-        value_delimiter = ','
-    )]
-    pub(crate) allowed_origins: Vec<String>,
-
-    /// Fresh sandboxes kept ready with a Python kernel started [default: 2].
-    #[arg(long, env = "RUNBOX_POOL")]
-    pub(crate) pool: Option<usize>,
-
-    /// Most sandboxes alive at once, pool excluded [default: 50].
-    #[arg(long, env = "RUNBOX_MAX_SANDBOXES")]
-    pub(crate) max_sandboxes: Option<usize>,
-
-    /// Idle life of a sandbox in seconds when its creator gives none [default: 900].
-    #[arg(long, env = "RUNBOX_SANDBOX_TIMEOUT")]
-    pub(crate) sandbox_timeout: Option<f64>,
-
-    /// Longest idle life a creator may ask for, in seconds [default: 86400].
-    #[arg(long, env = "RUNBOX_MAX_SANDBOX_TIMEOUT")]
-    pub(crate) max_sandbox_timeout: Option<f64>,
-
-    /// Longest a sandbox may stay paused, in seconds: then it is closed, unless resumed
-    /// first (its idle clock stands still while paused, this one does not) [default: 3600].
-    #[arg(long, env = "RUNBOX_PAUSE_TIMEOUT")]
-    pub(crate) pause_timeout: Option<f64>,
-
-    /// A run's timeout in seconds when the caller gives none [default: 60].
-    #[arg(long, env = "RUNBOX_RUN_TIMEOUT")]
-    pub(crate) run_timeout: Option<f64>,
-
-    /// Longest run timeout a caller may ask for, in seconds [default: 600].
-    #[arg(long, env = "RUNBOX_MAX_RUN_TIMEOUT")]
-    pub(crate) max_run_timeout: Option<f64>,
-
-    /// Memory of a sandbox in MiB, files in /workspace and /tmp included [default: 1024].
-    #[arg(long, env = "RUNBOX_MEMORY_MB")]
-    pub(crate) memory_mb: Option<u64>,
-
-    /// Processes per sandbox [default: 256].
-    #[arg(long, env = "RUNBOX_PIDS")]
-    pub(crate) pids: Option<u32>,
-
-    /// CPU per sandbox, in cores [default: 1].
-    #[arg(long, env = "RUNBOX_CPUS")]
-    pub(crate) cpus: Option<f64>,
-
-    /// Size of /workspace in MiB [default: 512].
-    #[arg(long, env = "RUNBOX_WORKSPACE_MB")]
-    pub(crate) workspace_mb: Option<u64>,
-
-    /// Output kept per stream per run, in bytes [default: 100000].
-    #[arg(long, env = "RUNBOX_OUTPUT_LIMIT")]
-    pub(crate) output_limit: Option<usize>,
-
-    /// The most bytes one answer may take [default: 524288, 512 KiB]. Clients drop bigger
-    /// messages (the Python SDK 2.x its whole session past 1 MiB), so big reads come in
-    /// parts and big images and answers as links to read in pieces.
-    #[arg(long, env = "RUNBOX_MESSAGE_LIMIT", value_name = "BYTES")]
-    pub(crate) message_limit: Option<usize>,
-
-    /// A directory of data files for every sandbox: mounted read-only at /data, and each
-    /// file listed as an MCP resource data://<name without extension>.
-    #[arg(long, env = "RUNBOX_DATA_DIR", value_name = "DIR")]
-    pub(crate) data_dir: Option<PathBuf>,
-
-    /// A host sandboxes created with network "allowlist" may reach through the egress proxy
-    /// (`name`, `*.suffix`, optional `:port`; repeatable). Without it: the package indexes
-    /// this machine's pip and npm use. `none`: no host, so no sandbox gets a network.
-    #[arg(
-        long = "allow-host",
-        env = "RUNBOX_ALLOW_HOST",
+        long,
+        env = "RUNBOX_ALLOWED_HOST",
         value_name = "HOST",
         value_delimiter = ','
     )]
-    pub(crate) egress_hosts: Vec<String>,
+    pub(crate) allowed_host: Vec<String>,
 
-    /// An address range the egress proxy may connect to although it is private (a package
-    /// mirror on the local network, say); loopback and link-local stay refused unless named.
+    /// Browser Origin accepted on HTTP (scheme://host:port); repeatable.
     #[arg(
-        long = "allow-address",
-        env = "RUNBOX_ALLOW_ADDRESS",
-        value_name = "CIDR",
+        long,
+        env = "RUNBOX_ALLOWED_ORIGIN",
+        value_name = "ORIGIN",
         value_delimiter = ','
     )]
-    pub(crate) egress_addresses: Vec<String>,
+    pub(crate) allowed_origin: Vec<String>,
+
+    /// Fresh sandboxes kept ready with a Python kernel started [default: 2, 0 with --backend
+    /// e2b].
+    #[arg(long, env = "RUNBOX_POOL", value_name = "N")]
+    pub(crate) pool: Option<usize>,
+
+    /// Most sandboxes alive at once, pool excluded.
+    #[arg(
+        long,
+        env = "RUNBOX_MAX_SANDBOXES",
+        value_name = "N",
+        default_value_t = 50
+    )]
+    pub(crate) max_sandboxes: usize,
+
+    /// Idle life of a sandbox in seconds when its creator gives none.
+    #[arg(
+        long,
+        env = "RUNBOX_SANDBOX_TIMEOUT",
+        value_name = "S",
+        default_value_t = 900.0
+    )]
+    pub(crate) sandbox_timeout: f64,
+
+    /// Longest idle life a creator may ask for, in seconds.
+    #[arg(long, env = "RUNBOX_MAX_SANDBOX_TIMEOUT", value_name = "S",
+          default_value_t = MAX_SECONDS)]
+    pub(crate) max_sandbox_timeout: f64,
+
+    /// Longest a sandbox may stay paused, in seconds: then it is closed, unless resumed
+    /// first (its idle clock stands still while paused, this one does not).
+    #[arg(
+        long,
+        env = "RUNBOX_PAUSE_TIMEOUT",
+        value_name = "S",
+        default_value_t = 3600.0
+    )]
+    pub(crate) pause_timeout: f64,
+
+    /// A run's timeout in seconds when the caller gives none.
+    #[arg(
+        long,
+        env = "RUNBOX_RUN_TIMEOUT",
+        value_name = "S",
+        default_value_t = 60.0
+    )]
+    pub(crate) run_timeout: f64,
+
+    /// Longest run timeout a caller may ask for, in seconds.
+    #[arg(
+        long,
+        env = "RUNBOX_MAX_RUN_TIMEOUT",
+        value_name = "S",
+        default_value_t = 600.0
+    )]
+    pub(crate) max_run_timeout: f64,
+
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+
+    /// The most bytes one answer may take (512 KiB by default). Clients drop bigger
+    /// messages (the Python SDK 2.x its whole session past 1 MiB), so big reads come in
+    /// parts and big images and answers as links to read in pieces.
+    #[arg(long, env = "RUNBOX_MESSAGE_LIMIT", value_name = "BYTES",
+          default_value_t = runbox_mcp::DEFAULT_MESSAGE_LIMIT)]
+    pub(crate) message_limit: usize,
+
+    #[command(flatten)]
+    pub(crate) local: local::LocalArgs,
 
     /// Serve a compatibility profile's tools instead of runbox's own: novita-tutorial,
     /// code-sandbox-mcp or mcp-code-sandbox.
@@ -230,7 +244,7 @@ pub(crate) struct ServeArgs {
     /// repeated); each must be set when the server starts. Nothing else of the host's
     /// environment ever enters a sandbox.
     #[arg(
-        long = "pass-through-env",
+        long,
         env = "RUNBOX_PASS_THROUGH_ENV",
         value_name = "NAME",
         value_delimiter = ','
@@ -244,183 +258,67 @@ pub(crate) struct ServeArgs {
     pub(crate) engine: EngineArgs,
 }
 
-/// The config file: the same settings, snake_case.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    max_connections: Option<usize>,
-    max_connections_per_address: Option<usize>,
-    http_header_timeout: Option<f64>,
-    http_idle_timeout: Option<f64>,
-    max_sessions: Option<usize>,
-    max_sessions_per_tenant: Option<usize>,
-    session_idle_timeout: Option<f64>,
-    stdio: Option<bool>,
-    backend: Option<BackendKind>,
-    e2b_domain: Option<String>,
-    e2b_template: Option<String>,
-    e2b_api_key: Option<String>,
-    e2b_api_url: Option<String>,
-    e2b_sandbox_url: Option<String>,
-    auth: Option<AuthMode>,
-    http: Option<SocketAddr>,
-    insecure_public: Option<bool>,
-    tokens: Option<PathBuf>,
-    oauth_issuer: Option<String>,
-    oauth_audience: Option<String>,
-    oauth_jwks_url: Option<String>,
-    public_url: Option<String>,
-    max_sandboxes_per_tenant: Option<usize>,
-    max_runs_per_tenant: Option<usize>,
-    max_concurrent_runs: Option<usize>,
-    rate_limit: Option<u32>,
-    max_tasks_per_tenant: Option<usize>,
-    max_tasks: Option<usize>,
-    task_result_ttl: Option<f64>,
-    task_after: Option<f64>,
-    audit_log: Option<PathBuf>,
-    audit_code: Option<bool>,
-    allowed_hosts: Option<Vec<String>>,
-    allowed_origins: Option<Vec<String>>,
-    pool: Option<usize>,
-    max_sandboxes: Option<usize>,
-    sandbox_timeout: Option<f64>,
-    max_sandbox_timeout: Option<f64>,
-    pause_timeout: Option<f64>,
-    run_timeout: Option<f64>,
-    max_run_timeout: Option<f64>,
-    limits: Option<Limits>,
-    message_limit: Option<usize>,
-    data_dir: Option<PathBuf>,
-    allow_hosts: Option<Vec<String>>,
-    allow_addresses: Option<Vec<String>>,
-    profile: Option<String>,
-    pass_through_env: Option<Vec<String>>,
-    python: Option<PathBuf>,
-    node: Option<PathBuf>,
-    bash: Option<PathBuf>,
-    state_dir: Option<PathBuf>,
-    cgroup_parent: Option<PathBuf>,
-    no_cgroups: Option<bool>,
+/// The limits of each sandbox (the local backend's; the e2b backend applies the output
+/// limit only).
+#[derive(Debug, Args)]
+pub(crate) struct LimitArgs {
+    /// Memory of a sandbox in MiB, files in /workspace and /tmp included.
+    #[arg(long, env = "RUNBOX_MEMORY_MB", value_name = "MIB",
+          default_value_t = Limits::default().memory_mb)]
+    pub(crate) memory_mb: u64,
+
+    /// Processes per sandbox.
+    #[arg(long, env = "RUNBOX_PIDS", value_name = "N", default_value_t = Limits::default().pids)]
+    pub(crate) pids: u32,
+
+    /// CPU per sandbox, in cores.
+    #[arg(long, env = "RUNBOX_CPUS", value_name = "CORES",
+          default_value_t = Limits::default().cpus)]
+    pub(crate) cpus: f64,
+
+    /// Size of /workspace in MiB.
+    #[arg(long, env = "RUNBOX_WORKSPACE_MB", value_name = "MIB",
+          default_value_t = Limits::default().workspace_mb)]
+    pub(crate) workspace_mb: u64,
+
+    /// Size of /tmp in MiB.
+    #[arg(long, env = "RUNBOX_TMP_MB", value_name = "MIB",
+          default_value_t = Limits::default().tmp_mb)]
+    pub(crate) tmp_mb: u64,
+
+    /// Files and directories each of /workspace and /tmp may hold.
+    #[arg(long, env = "RUNBOX_INODES", value_name = "N",
+          default_value_t = Limits::default().inodes)]
+    pub(crate) inodes: u64,
+
+    /// Open files per process in a sandbox.
+    #[arg(long, env = "RUNBOX_OPEN_FILES", value_name = "N",
+          default_value_t = Limits::default().open_files)]
+    pub(crate) open_files: u64,
+
+    /// Output kept per stream per run, in bytes; beyond it the head and tail are kept.
+    #[arg(long, env = "RUNBOX_OUTPUT_LIMIT", value_name = "BYTES",
+          default_value_t = Limits::default().output_bytes)]
+    pub(crate) output_limit: usize,
 }
 
-/// The e2b backend's settings, as flags (`serve` and `doctor`). `Debug` never shows the key.
-#[derive(Default, Args)]
-pub(crate) struct E2bArgs {
-    /// The e2b backend's provider domain: e2b.app (E2B) [default], a Novita domain such as
-    /// us-phx-1.sandbox.novita.ai (legacy sandbox.novita.ai too), or a self-hosted one.
-    #[arg(long = "e2b-domain", env = "RUNBOX_E2B_DOMAIN", value_name = "DOMAIN")]
-    pub(crate) domain: Option<String>,
-
-    /// The template cloud sandboxes are made from [default: code-interpreter-v1].
-    #[arg(
-        long = "e2b-template",
-        env = "RUNBOX_E2B_TEMPLATE",
-        value_name = "NAME"
-    )]
-    pub(crate) template: Option<String>,
-
-    /// The operator's provider API key [default: $E2B_API_KEY, or $NOVITA_API_KEY for a
-    /// Novita domain]. Not with --auth passthrough, where each caller's key is used.
-    #[arg(
-        long = "e2b-api-key",
-        env = "RUNBOX_E2B_API_KEY",
-        value_name = "KEY",
-        hide_env_values = true
-    )]
-    pub(crate) api_key: Option<String>,
-
-    /// The provider's control-plane base URL, instead of https://api.DOMAIN (self-hosted
-    /// gateways, tests).
-    #[arg(long = "e2b-api-url", env = "RUNBOX_E2B_API_URL", value_name = "URL")]
-    pub(crate) api_url: Option<String>,
-
-    /// The base URL of a port of a cloud sandbox, instead of https://PORT-ID.DOMAIN, with
-    /// {port}, {sandbox_id} and {domain} substituted, e.g.
-    /// http://127.0.0.1:9000/{port}/{sandbox_id}.
-    #[arg(
-        long = "e2b-sandbox-url",
-        env = "RUNBOX_E2B_SANDBOX_URL",
-        value_name = "TEMPLATE"
-    )]
-    pub(crate) sandbox_url: Option<String>,
-}
-
-impl std::fmt::Debug for E2bArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("E2bArgs")
-            .field("domain", &self.domain)
-            .field("template", &self.template)
-            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
-            .field("api_url", &self.api_url)
-            .field("sandbox_url", &self.sandbox_url)
-            .finish()
-    }
-}
-
-impl E2bArgs {
-    /// The flags set, each with its name.
-    fn given(&self) -> [(&'static str, bool); 5] {
-        [
-            ("--e2b-domain", self.domain.is_some()),
-            ("--e2b-template", self.template.is_some()),
-            ("--e2b-api-key", self.api_key.is_some()),
-            ("--e2b-api-url", self.api_url.is_some()),
-            ("--e2b-sandbox-url", self.sandbox_url.is_some()),
-        ]
-    }
-
-    /// The settings, with the key from the provider's variable (read through `env`) unless
-    /// given, or none at all with `passthrough`; checked.
-    pub(crate) fn settings(
-        self,
-        passthrough: bool,
-        env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
-    ) -> anyhow::Result<E2bSettings> {
-        let domain = self
-            .domain
-            .unwrap_or_else(|| runbox_e2b::E2B_DOMAIN.to_owned());
-        let provider = runbox_e2b::Provider::from_domain(&domain);
-        let api_key = if passthrough {
-            if self.api_key.is_some() {
-                bail!(
-                    "--auth passthrough keeps no key of its own: each caller's bearer value is \
-                     their key; leave out --e2b-api-key"
-                );
-            }
-            None
-        } else {
-            let from_env = provider
-                .key_variables()
-                .iter()
-                .find_map(|v| env(v).ok().filter(|k| !k.trim().is_empty()));
-            match self.api_key.or(from_env) {
-                Some(k) => Some(k.trim().to_owned()),
-                None => bail!(
-                    "the e2b backend needs an API key for {}: pass --e2b-api-key or set {}, or \
-                     use --auth passthrough so that each caller sends their own",
-                    provider.name(),
-                    provider.key_variables().join(" or ")
-                ),
-            }
-        };
-        let settings = E2bSettings {
-            domain,
-            template: self
-                .template
-                .unwrap_or_else(|| runbox_e2b::DEFAULT_TEMPLATE.to_owned()),
-            api_key,
-            api_url: self.api_url,
-            sandbox_url: self.sandbox_url,
-        };
-        settings.config().validate().map_err(anyhow::Error::msg)?;
-        Ok(settings)
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            memory_mb: self.memory_mb,
+            pids: self.pids,
+            cpus: self.cpus,
+            workspace_mb: self.workspace_mb,
+            tmp_mb: self.tmp_mb,
+            inodes: self.inodes,
+            open_files: self.open_files,
+            output_bytes: self.output_limit,
+        }
     }
 }
 
 /// Where sandboxes run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum BackendKind {
     /// On this machine, in runbox's own jail.
     #[default]
@@ -430,46 +328,10 @@ pub(crate) enum BackendKind {
 }
 
 /// An authentication mode chosen by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum AuthMode {
     /// Each caller's bearer value is their own provider API key.
     Passthrough,
-}
-
-/// The cloud backend's settings.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct E2bSettings {
-    pub(crate) domain: String,
-    pub(crate) template: String,
-    /// The operator's key; `None` with passthrough.
-    pub(crate) api_key: Option<String>,
-    pub(crate) api_url: Option<String>,
-    pub(crate) sandbox_url: Option<String>,
-}
-
-impl E2bSettings {
-    /// The backend's configuration for these settings (the rest at their defaults).
-    pub(crate) fn config(&self) -> runbox_e2b::E2bConfig {
-        let mut c = runbox_e2b::E2bConfig::new(&self.domain);
-        c.template.clone_from(&self.template);
-        c.api_key = self.api_key.as_deref().map(runbox_core::Credential::new);
-        c.api_url.clone_from(&self.api_url);
-        c.sandbox_url.clone_from(&self.sandbox_url);
-        c
-    }
-}
-
-impl std::fmt::Debug for E2bSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("E2bSettings")
-            .field("domain", &self.domain)
-            .field("template", &self.template)
-            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
-            .field("api_url", &self.api_url)
-            .field("sandbox_url", &self.sandbox_url)
-            .finish()
-    }
 }
 
 /// Where MCP is served.
@@ -545,7 +407,7 @@ pub(crate) struct ServeConfig {
     /// Limits on task-augmented calls.
     pub(crate) tasks: runbox_mcp::TaskSettings,
     /// Caps and timeouts of HTTP connections.
-    pub(crate) connections: runbox_mcp::ConnectionLimits,
+    pub(crate) connections: runbox_http::ConnectionLimits,
     /// Caps and expiry of MCP sessions.
     pub(crate) sessions: runbox_mcp::SessionLimits,
     /// The audit log, and whether it records code.
@@ -611,48 +473,49 @@ fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
+/// The schema as a command of its own (what [`layers::merge`] parses with).
+fn command() -> clap::Command {
+    ServeArgs::augment_args(clap::Command::new("serve"))
+}
+
 impl ServeConfig {
-    /// Merges flags over the file over defaults, and checks the result.
-    pub(crate) fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
-        Self::resolve_with(args, &|name| std::env::var(name))
+    /// The configuration from `runbox serve`'s flags and variables (`given`), over its
+    /// config file, over the defaults, checked.
+    pub(crate) fn load(given: &ArgMatches) -> anyhow::Result<Self> {
+        Self::load_with(given, &|name| std::env::var(name))
     }
 
-    /// [`ServeConfig::resolve`], reading the server's environment through `env`.
-    fn resolve_with(
-        args: ServeArgs,
-        env: &dyn Fn(&str) -> Result<String, std::env::VarError>,
-    ) -> anyhow::Result<Self> {
-        let file = match &args.config {
-            Some(path) => read_file(path)?,
-            None => FileConfig::default(),
-        };
+    /// [`ServeConfig::load`], reading the server's environment through `env`.
+    fn load_with(given: &ArgMatches, env: Env<'_>) -> anyhow::Result<Self> {
+        let file = given.get_one::<PathBuf>("config");
+        let merged = layers::merge(&command(), given, file.map(PathBuf::as_path), env)?;
+        let args = ServeArgs::from_arg_matches(&merged)
+            .map_err(|e| anyhow::anyhow!("{}", layers::reason(&e)))?;
+        Self::resolve(args, env)
+    }
+
+    /// Checks the merged settings.
+    fn resolve(args: ServeArgs, env: Env<'_>) -> anyhow::Result<Self> {
         let transport = if args.stdio {
             Transport::Stdio
         } else if let Some(addr) = args.http {
             Transport::Http(addr)
-        } else if let Some(addr) = file.http {
-            Transport::Http(addr)
-        } else if file.stdio == Some(true) {
-            Transport::Stdio
         } else {
             bail!("choose a transport: --stdio, or --http ADDR (such as 127.0.0.1:8000)");
         };
-        let backend = args.backend.or(file.backend).unwrap_or_default();
-        let passthrough = match args.auth.or(file.auth) {
+        let backend = args.backend;
+        let passthrough = match args.auth {
             Some(AuthMode::Passthrough) => true,
             None => false,
         };
         let auth = AuthConfig {
             passthrough,
-            tokens: args.tokens.or(file.tokens),
-            oauth: match (
-                args.oauth_issuer.or(file.oauth_issuer),
-                args.oauth_audience.or(file.oauth_audience),
-            ) {
+            tokens: args.tokens,
+            oauth: match (args.oauth_issuer, args.oauth_audience) {
                 (Some(issuer), Some(audience)) => Some(OAuthConfig {
                     issuer,
                     audience,
-                    jwks_url: args.oauth_jwks_url.or(file.oauth_jwks_url),
+                    jwks_url: args.oauth_jwks_url,
                 }),
                 (None, None) => None,
                 (Some(_), None) => {
@@ -660,7 +523,7 @@ impl ServeConfig {
                 }
                 (None, Some(_)) => bail!("--oauth-audience needs --oauth-issuer"),
             },
-            public_url: args.public_url.or(file.public_url),
+            public_url: args.public_url,
         };
         if transport == Transport::Stdio && auth.any() {
             bail!(
@@ -680,11 +543,10 @@ impl ServeConfig {
                  --backend e2b"
             );
         }
-        let insecure = args.insecure_public || file.insecure_public.unwrap_or(false);
         if let Transport::Http(addr) = transport
             && !addr.ip().is_loopback()
             && !auth.any()
-            && !insecure
+            && !args.insecure_public
         {
             bail!(
                 "refusing to serve on {addr} without authentication: anyone who can reach this \
@@ -695,27 +557,9 @@ impl ServeConfig {
             );
         }
 
-        let mut limits = file.limits.unwrap_or_default();
-        if let Some(v) = args.memory_mb {
-            limits.memory_mb = v;
-        }
-        if let Some(v) = args.pids {
-            limits.pids = v;
-        }
-        if let Some(v) = args.cpus {
-            limits.cpus = v;
-        }
-        if let Some(v) = args.workspace_mb {
-            limits.workspace_mb = v;
-        }
-        if let Some(v) = args.output_limit {
-            limits.output_bytes = v;
-        }
+        let limits = args.limits.limits();
         limits.validate()?;
-        let message_limit = args
-            .message_limit
-            .or(file.message_limit)
-            .unwrap_or(runbox_mcp::DEFAULT_MESSAGE_LIMIT);
+        let message_limit = args.message_limit;
         let message_range = runbox_mcp::MIN_MESSAGE_LIMIT..=runbox_mcp::MAX_MESSAGE_LIMIT;
         if !message_range.contains(&message_limit) {
             bail!(
@@ -725,41 +569,20 @@ impl ServeConfig {
             );
         }
 
-        let pick =
-            |flag: Option<f64>, file: Option<f64>, default: f64| flag.or(file).unwrap_or(default);
-        let run_timeout = secs(
-            "run_timeout",
-            pick(args.run_timeout, file.run_timeout, 60.0),
-        )?;
-        let max_run_timeout = secs(
-            "max_run_timeout",
-            pick(args.max_run_timeout, file.max_run_timeout, 600.0),
-        )?;
+        let run_timeout = secs("run_timeout", args.run_timeout)?;
+        let max_run_timeout = secs("max_run_timeout", args.max_run_timeout)?;
         if run_timeout > max_run_timeout {
             bail!("run_timeout ({run_timeout:?}) exceeds max_run_timeout ({max_run_timeout:?})");
         }
-        let sandbox_timeout = secs(
-            "sandbox_timeout",
-            pick(args.sandbox_timeout, file.sandbox_timeout, 900.0),
-        )?;
-        let max_sandbox_timeout = secs(
-            "max_sandbox_timeout",
-            pick(
-                args.max_sandbox_timeout,
-                file.max_sandbox_timeout,
-                MAX_SECONDS,
-            ),
-        )?;
+        let sandbox_timeout = secs("sandbox_timeout", args.sandbox_timeout)?;
+        let max_sandbox_timeout = secs("max_sandbox_timeout", args.max_sandbox_timeout)?;
         if sandbox_timeout > max_sandbox_timeout {
             bail!(
                 "sandbox_timeout ({sandbox_timeout:?}) exceeds max_sandbox_timeout ({max_sandbox_timeout:?})"
             );
         }
-        let pause_timeout = secs(
-            "pause_timeout",
-            pick(args.pause_timeout, file.pause_timeout, 3600.0),
-        )?;
-        let max_sandboxes = args.max_sandboxes.or(file.max_sandboxes).unwrap_or(50);
+        let pause_timeout = secs("pause_timeout", args.pause_timeout)?;
+        let max_sandboxes = args.max_sandboxes;
         if !(1..=10_000).contains(&max_sandboxes) {
             bail!("max_sandboxes must be between 1 and 10000, got {max_sandboxes}");
         }
@@ -772,78 +595,37 @@ impl ServeConfig {
         let quotas = runbox_core::Quotas {
             max_sandboxes: Some(max_sandboxes),
             max_concurrent_runs: Some(
-                positive(
-                    "max_concurrent_runs",
-                    args.max_concurrent_runs.or(file.max_concurrent_runs),
-                )?
-                .unwrap_or(max_sandboxes),
+                positive("max_concurrent_runs", args.max_concurrent_runs)?.unwrap_or(max_sandboxes),
             ),
             per_tenant: runbox_core::TenantQuota {
                 // With authentication there are tenants to keep apart: by default none may
                 // hold more than a quarter of the server's places.
-                max_sandboxes: positive(
-                    "max_sandboxes_per_tenant",
-                    args.max_sandboxes_per_tenant
-                        .or(file.max_sandboxes_per_tenant),
-                )?
-                .or(auth.any().then_some((max_sandboxes / 4).max(1))),
-                max_concurrent_runs: positive(
-                    "max_runs_per_tenant",
-                    args.max_runs_per_tenant.or(file.max_runs_per_tenant),
-                )?,
+                max_sandboxes: positive("max_sandboxes_per_tenant", args.max_sandboxes_per_tenant)?
+                    .or(auth.any().then_some((max_sandboxes / 4).max(1))),
+                max_concurrent_runs: positive("max_runs_per_tenant", args.max_runs_per_tenant)?,
             },
             lookup: None,
         };
-        let (connections, sessions) = http::resolve(
-            args.http_limits,
-            http::HttpLimitFile {
-                max_connections: file.max_connections,
-                max_connections_per_address: file.max_connections_per_address,
-                http_header_timeout: file.http_header_timeout,
-                http_idle_timeout: file.http_idle_timeout,
-                max_sessions: file.max_sessions,
-                max_sessions_per_tenant: file.max_sessions_per_tenant,
-                session_idle_timeout: file.session_idle_timeout,
-            },
-        )?;
-        let rate_limit = args.rate_limit.or(file.rate_limit);
+        let (connections, sessions) = http::resolve(args.http_limits)?;
+        let rate_limit = args.rate_limit;
         if rate_limit == Some(0) {
             bail!("rate_limit must be at least 1 request a minute");
         }
-        let task_defaults = runbox_mcp::TaskSettings::default();
         let tasks = runbox_mcp::TaskSettings {
-            max_per_tenant: positive(
-                "max_tasks_per_tenant",
-                args.max_tasks_per_tenant.or(file.max_tasks_per_tenant),
-            )?
-            .unwrap_or(task_defaults.max_per_tenant),
-            max_tasks: positive("max_tasks", args.max_tasks.or(file.max_tasks))?
-                .unwrap_or(task_defaults.max_tasks),
-            result_ttl: secs(
-                "task_result_ttl",
-                pick(
-                    args.task_result_ttl,
-                    file.task_result_ttl,
-                    task_defaults.result_ttl.as_secs_f64(),
-                ),
-            )?,
-            inline_wait: secs(
-                "task_after",
-                pick(
-                    args.task_after,
-                    file.task_after,
-                    task_defaults.inline_wait.as_secs_f64(),
-                ),
-            )?,
+            max_per_tenant: positive("max_tasks_per_tenant", Some(args.max_tasks_per_tenant))?
+                .unwrap_or(args.max_tasks_per_tenant),
+            max_tasks: positive("max_tasks", Some(args.max_tasks))?.unwrap_or(args.max_tasks),
+            result_ttl: secs("task_result_ttl", args.task_result_ttl)?,
+            inline_wait: secs("task_after", args.task_after)?,
         };
-        let audit_log = args.audit_log.or(file.audit_log);
-        let audit_code = args.audit_code || file.audit_code.unwrap_or(false);
+        let audit_log = args.audit_log;
+        let audit_code = args.audit_code;
         if audit_code && audit_log.is_none() {
             bail!("audit_code needs audit_log");
         }
         // Cloud sandboxes cost money while they wait, so the e2b backend keeps none ready
         // unless asked.
-        let pool = args.pool.or(file.pool).unwrap_or(match backend {
+        let pool = args.pool.unwrap_or(match backend {
             BackendKind::Local => 2,
             BackendKind::E2b => 0,
         });
@@ -862,86 +644,17 @@ impl ServeConfig {
             "127.0.0.1".to_owned(),
             "::1".to_owned(),
         ];
-        allowed_hosts.extend(file.allowed_hosts.unwrap_or_default());
-        allowed_hosts.extend(args.allowed_hosts);
+        allowed_hosts.extend(args.allowed_host);
         allowed_hosts.dedup();
-        let mut allowed_origins = file.allowed_origins.unwrap_or_default();
-        allowed_origins.extend(args.allowed_origins);
+        let allowed_origins = args.allowed_origin;
 
-        let data_dir = match args.data_dir.or(file.data_dir) {
-            Some(d) => {
-                let abs = std::fs::canonicalize(&d)
-                    .with_context(|| format!("data_dir {}", d.display()))?;
-                if !abs.is_dir() {
-                    bail!("data_dir {} is not a directory", d.display());
-                }
-                Some(abs)
-            }
-            None => None,
-        };
-
-        let mut hosts = file.allow_hosts.unwrap_or_default();
-        hosts.extend(args.egress_hosts);
-        let egress_hosts = match hosts.as_slice() {
-            [] => None,
-            [only] if only == "none" => Some(runbox_egress::Allowlist::default()),
-            _ => Some(runbox_egress::Allowlist::parse(&hosts).context("allow-host")?),
-        };
-        let mut addresses = file.allow_addresses.unwrap_or_default();
-        addresses.extend(args.egress_addresses);
-        let egress_addresses = addresses
-            .iter()
-            .map(|a| runbox_egress::parse_address_range(a))
-            .collect::<Result<Vec<_>, _>>()
-            .context("allow-address")?;
-
-        let profile = match args.profile.or(file.profile) {
+        let local = args.local.resolve(backend)?;
+        let profile = match args.profile {
             Some(name) => name.parse::<Profile>()?,
             None => Profile::Default,
         };
-        let mut names = file.pass_through_env.unwrap_or_default();
-        names.extend(args.pass_through_env);
-        let pass_through_env = pass_through_env(&names, env)?;
-
-        let e2b_args = E2bArgs {
-            domain: args.e2b.domain.or(file.e2b_domain),
-            template: args.e2b.template.or(file.e2b_template),
-            api_key: args.e2b.api_key.or(file.e2b_api_key),
-            api_url: args.e2b.api_url.or(file.e2b_api_url),
-            sandbox_url: args.e2b.sandbox_url.or(file.e2b_sandbox_url),
-        };
-        let e2b = match backend {
-            BackendKind::Local => {
-                if let Some((flag, _)) = e2b_args.given().iter().find(|(_, set)| *set) {
-                    bail!("{flag} applies to --backend e2b only");
-                }
-                None
-            }
-            BackendKind::E2b => {
-                if data_dir.is_some() {
-                    bail!(
-                        "--data-dir mounts a directory of this machine into local sandboxes; the \
-                         e2b backend cannot (upload the files with write_file instead)"
-                    );
-                }
-                if !hosts.is_empty() || !addresses.is_empty() {
-                    bail!(
-                        "--allow-host and --allow-address configure the local egress proxy; cloud \
-                         sandboxes reach the internet through their provider (create them with \
-                         network \"allowlist\"), or not at all"
-                    );
-                }
-                Some(e2b_args.settings(passthrough, env)?)
-            }
-        };
-
-        let mut engine = args.engine;
-        engine.python = engine.python.or(file.python);
-        engine.node = engine.node.or(file.node);
-        engine.bash = engine.bash.or(file.bash);
-        engine.state_dir = engine.state_dir.or(file.state_dir);
-        engine.cgroup_parent = engine.cgroup_parent.or(file.cgroup_parent);
-        engine.no_cgroups = engine.no_cgroups || file.no_cgroups.unwrap_or(false);
+        let pass_through_env = pass_through_env(&args.pass_through_env, env)?;
+        let e2b = args.e2b.resolve(backend, passthrough, env)?;
 
         Ok(Self {
             transport,
@@ -957,9 +670,9 @@ impl ServeConfig {
             max_run_timeout,
             limits,
             message_limit,
-            data_dir,
-            egress_hosts,
-            egress_addresses,
+            data_dir: local.data_dir,
+            egress_hosts: local.egress_hosts,
+            egress_addresses: local.egress_addresses,
             profile,
             pass_through_env,
             auth,
@@ -970,21 +683,16 @@ impl ServeConfig {
             sessions,
             audit_log,
             audit_code,
-            engine,
+            engine: args.engine,
         })
     }
-}
-
-fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("in {}", path.display()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
+    use clap::{CommandFactory, Parser};
+    use std::path::Path;
 
     #[derive(Debug, Parser)]
     struct Wrapper {
@@ -993,17 +701,19 @@ mod tests {
     }
 
     fn resolve(argv: &[&str]) -> anyhow::Result<ServeConfig> {
-        let w = Wrapper::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
-        ServeConfig::resolve(w.args)
+        let given = Wrapper::command()
+            .try_get_matches_from(std::iter::once("serve").chain(argv.iter().copied()))?;
+        ServeConfig::load(&given)
     }
 
     fn resolve_env(argv: &[&str], env: &[(&str, &str)]) -> anyhow::Result<ServeConfig> {
-        let w = Wrapper::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
+        let given = Wrapper::command()
+            .try_get_matches_from(std::iter::once("serve").chain(argv.iter().copied()))?;
         let env: BTreeMap<String, String> = env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        ServeConfig::resolve_with(w.args, &|name| {
+        ServeConfig::load_with(&given, &|name| {
             env.get(name).cloned().ok_or(std::env::VarError::NotPresent)
         })
     }
@@ -1448,5 +1158,193 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a directory"), "{e}");
+    }
+
+    #[test]
+    fn every_setting_has_one_name_in_each_layer() {
+        let cmd = command();
+        let mut ids = Vec::new();
+        for arg in cmd.get_arguments().filter(|a| a.get_id() != "help") {
+            let id = arg.get_id().as_str();
+            assert_eq!(arg.get_long(), Some(id.replace('_', "-").as_str()), "{id}");
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            assert_eq!(env, Some(format!("RUNBOX_{}", id.to_uppercase())), "{id}");
+            ids.push(id);
+        }
+        // No setting lost on the way: the old file's keys, and the new limits.
+        for id in [
+            "stdio",
+            "allow_host",
+            "allowed_origin",
+            "e2b_domain",
+            "no_cgroups",
+            "tmp_mb",
+        ] {
+            assert!(ids.contains(&id), "{id} missing from {ids:?}");
+        }
+    }
+
+    /// The rows of the README's configuration table.
+    fn readme_rows() -> Vec<&'static str> {
+        let readme = include_str!("../../../README.md");
+        let section = readme
+            .split("\n## Configuration\n")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .unwrap();
+        section.lines().filter(|l| l.starts_with("| `")).collect()
+    }
+
+    /// The `--flags` a README row's first cell names.
+    fn flags_of(row: &str) -> Vec<String> {
+        let first = row.split('|').nth(1).unwrap();
+        first
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter_map(|code| code.strip_prefix("--"))
+            .map(|f| f.split(' ').next().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_table_shows_every_setting_with_its_default() {
+        let rows = readme_rows();
+        let cmd = command();
+        let settings: Vec<_> = cmd
+            .get_arguments()
+            .filter(|a| a.get_id() != "help" && !a.is_hide_set())
+            .collect();
+        for arg in &settings {
+            let long = arg.get_long().unwrap();
+            let row = rows
+                .iter()
+                .find(|r| flags_of(r).iter().any(|f| f == long))
+                .unwrap_or_else(|| panic!("--{long} has no row in the README's table"));
+            let shown = row.split('|').nth(2).unwrap();
+            for default in arg.get_default_values() {
+                let default = default.to_string_lossy();
+                assert!(
+                    default == "false" || shown.contains(default.as_ref()),
+                    "--{long}: the README's default column ({shown}) lacks {default}"
+                );
+            }
+        }
+        // And the table names no flag that is gone.
+        for row in rows {
+            for flag in flags_of(row) {
+                assert!(
+                    settings.iter().any(|a| a.get_long() == Some(flag.as_str())),
+                    "the README's table names --{flag}, which is no setting"
+                );
+            }
+        }
+    }
+
+    fn write(dir: &tempfile::TempDir, text: &str) -> String {
+        let path = dir.path().join("runbox.toml");
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn the_file_uses_the_flags_names_and_still_reads_the_old_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            &dir,
+            "stdio = true\nallowed_host = [\"a.example\"]\nallowed_origin = [\"https://a.example\"]\n\
+             allow_host = [\"pkgs.example.org\"]\nallow_address = [\"10.1.0.0/16\"]\noutput_limit = 5000\n\
+             tmp_mb = 64\ninodes = 1000\nopen_files = 256\n",
+        );
+        let c = resolve(&["--config", &p]).unwrap();
+        assert!(c.allowed_hosts.contains(&"a.example".to_owned()));
+        assert_eq!(c.allowed_origins, ["https://a.example"]);
+        assert_eq!(c.egress_hosts.unwrap().to_string(), "pkgs.example.org");
+        assert_eq!(c.egress_addresses.len(), 1);
+        assert_eq!(
+            (
+                c.limits.output_bytes,
+                c.limits.tmp_mb,
+                c.limits.inodes,
+                c.limits.open_files
+            ),
+            (5000, 64, 1000, 256)
+        );
+        // The names of before: the plural keys and the [limits] table.
+        let p = write(
+            &dir,
+            "stdio = true\nallowed_hosts = [\"b.example\"]\nallow_hosts = [\"npm.example.org\"]\n\
+             allow_addresses = [\"10.2.0.0/16\"]\n[limits]\noutput_bytes = 7000\nmemory_mb = 300\n",
+        );
+        let c = resolve(&["--config", &p]).unwrap();
+        assert!(c.allowed_hosts.contains(&"b.example".to_owned()));
+        assert_eq!(c.egress_hosts.unwrap().to_string(), "npm.example.org");
+        assert_eq!(c.egress_addresses.len(), 1);
+        assert_eq!((c.limits.output_bytes, c.limits.memory_mb), (7000, 300));
+        // One setting under two names is an error, not a guess.
+        let p = write(
+            &dir,
+            "stdio = true\nallow_host = [\"a.org\"]\nallow_hosts = [\"b.org\"]\n",
+        );
+        let e = format!("{:#}", resolve(&["--config", &p]).unwrap_err());
+        assert!(e.contains("allow_host") && e.contains("twice"), "{e}");
+        // The variable of before, when the new one is not set.
+        let c = resolve_env(
+            &["--stdio"],
+            &[("RUNBOX_ALLOWED_HOSTS", "c.example,d.example")],
+        )
+        .unwrap();
+        assert!(
+            c.allowed_hosts.contains(&"d.example".to_owned()),
+            "{:?}",
+            c.allowed_hosts
+        );
+    }
+
+    #[test]
+    fn a_bad_value_in_the_file_names_the_setting_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for (text, needle) in [
+            ("pool = \"many\"", "pool = \"many\""),
+            ("pool = [1, 2]", "pool takes one value"),
+            ("stdio = \"yes\"", "stdio = true or"),
+            ("backend = \"cloud\"", "backend = \"cloud\""),
+            ("run_timeout = \"soon\"", "run_timeout"),
+            ("[limits]\nmemroy_mb = 5", "limits.memroy_mb"),
+            ("max_sandboxs = 5", "did you mean max_sandboxes"),
+            ("config = \"other.toml\"", "config is not a setting"),
+            ("stdio = true\nhttp = \"127.0.0.1:1\"", "cannot both be set"),
+        ] {
+            let p = write(&dir, text);
+            let e = format!("{:#}", resolve(&["--config", &p]).unwrap_err());
+            assert!(e.contains(needle) && e.contains(&p), "{text}: {e}");
+        }
+        // A value the parser takes but the checks refuse names the setting too.
+        let p = write(&dir, "stdio = true\npool = 65\n");
+        let e = format!("{:#}", resolve(&["--config", &p]).unwrap_err());
+        assert!(e.contains("pool must be at most 64"), "{e}");
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_lists_add_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            &dir,
+            "stdio = true\npool = 3\nallow_host = [\"a.org\"]\npass_through_env = [\"PATH\"]\n",
+        );
+        let c = resolve(&["--config", &p, "--pool", "4", "--allow-host", "b.org"]).unwrap();
+        assert_eq!(c.pool, 4);
+        assert_eq!(c.egress_hosts.unwrap().to_string(), "a.org, b.org");
+        assert!(c.pass_through_env.0.contains_key("PATH"));
+        // A flag the file's setting cannot go with wins over it.
+        let c = resolve(&["--config", &p, "--http", "127.0.0.1:8000"]).unwrap();
+        assert_eq!(
+            c.transport,
+            Transport::Http("127.0.0.1:8000".parse().unwrap())
+        );
+        // A negative number is a value, not a flag.
+        let p = write(&dir, "stdio = true\nrun_timeout = -1\n");
+        let e = format!("{:#}", resolve(&["--config", &p]).unwrap_err());
+        assert!(e.contains("run_timeout must be more than 0"), "{e}");
     }
 }

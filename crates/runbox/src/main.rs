@@ -12,7 +12,7 @@ mod run;
 mod serve;
 mod token;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> std::process::ExitCode {
     // The sandbox init must take over before anything else happens in this process: it
@@ -23,7 +23,9 @@ fn main() -> std::process::ExitCode {
     {
         runbox_jail::init::main();
     }
-    let cli = cli::Cli::parse();
+    // The matches are kept: `serve` tells a flag from a default when it reads its file.
+    let matches = cli::Cli::command().get_matches();
+    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_tracing(&cli.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -39,7 +41,10 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             cli::Command::Run(args) => run::main(args).await,
             cli::Command::Doctor(args) => doctor::main(args).await,
-            cli::Command::Serve(args) => serve::main(*args).await,
+            cli::Command::Serve(_) => match matches.subcommand_matches("serve") {
+                Some(given) => serve::main(given).await,
+                None => serve::EXIT_CONFIG,
+            },
             cli::Command::Token(args) => token::main(args),
             cli::Command::Chat(args) => runbox_chat::run(*args).await,
         }

@@ -7,21 +7,21 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use runbox_core::{Backend, EventKind, Registry, RegistryConfig, SandboxId};
+use runbox_http::{Metrics, Rejection};
 use runbox_local::{Egress, EgressConfig, LocalBackend};
-use runbox_mcp::{
-    AuditLog, HttpOptions, Metrics, PackageNetwork, Rejection, RunboxServer, ServerSettings,
-};
+use runbox_mcp::{AuditLog, HttpOptions, PackageNetwork, RunboxServer, ServerSettings};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ServeArgs, ServeConfig, Transport};
+use crate::config::{ServeConfig, Transport};
 
 /// Exit status for a configuration the server refuses to start with.
-const EXIT_CONFIG: u8 = 2;
+pub(crate) const EXIT_CONFIG: u8 = 2;
 /// Exit status when the server failed while running.
 const EXIT_FAILED: u8 = 1;
 
-pub(crate) async fn main(args: ServeArgs) -> u8 {
-    let config = match ServeConfig::resolve(args) {
+/// `runbox serve` with its flags and variables as parsed (`given`).
+pub(crate) async fn main(given: &clap::ArgMatches) -> u8 {
+    let config = match ServeConfig::load(given) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("runbox serve: {e:#}");
@@ -296,19 +296,28 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 "runbox: serving MCP on http://{bound}/mcp (health: http://{bound}/healthz, \
                  metrics: http://{bound}/metrics)"
             );
-            let options = HttpOptions {
-                allowed_hosts: config.allowed_hosts.clone(),
-                allowed_origins: config.allowed_origins.clone(),
+            // The shared layer (authentication, rates, connections, /healthz, /metrics)
+            // with each front's routes in it: MCP's today.
+            let shared = runbox_http::Shared {
                 auth: auth.map(|(auth, _)| auth),
                 rate_limit: config.rate_limit,
-                connections,
-                sessions: config.sessions.clone(),
-                ..Default::default()
+                default_tenant: server.default_tenant().to_owned(),
+                metrics: Arc::clone(&metrics),
+                status: Arc::new(RegistryStatus(Arc::clone(&registry))),
             };
-            let app = runbox_mcp::http_app(server, &options, shutdown.child_token());
-            runbox_mcp::serve_http(listener, app, &options, metrics, shutdown.clone())
-                .await
-                .map_err(anyhow::Error::from)
+            let mcp = runbox_mcp::http_front(
+                server,
+                &HttpOptions {
+                    allowed_hosts: config.allowed_hosts.clone(),
+                    allowed_origins: config.allowed_origins.clone(),
+                    sessions: config.sessions.clone(),
+                    ..Default::default()
+                },
+                shutdown.child_token(),
+            );
+            let app = runbox_http::app(&shared, vec![mcp]);
+            runbox_http::serve(listener, app, connections, metrics, shutdown.clone()).await;
+            Ok(())
         }
     };
     tracing::info!("shutting down: closing every sandbox");
@@ -349,7 +358,7 @@ fn raise_open_files() -> u64 {
 
 /// The connection limits, with the cap on connections lowered so that, with every
 /// connection open, the descriptors every sandbox needs are still free.
-fn connection_limits(config: &ServeConfig) -> runbox_mcp::ConnectionLimits {
+fn connection_limits(config: &ServeConfig) -> runbox_http::ConnectionLimits {
     let mut limits = config.connections.clone();
     let files = raise_open_files();
     let sandboxes = (config.max_sandboxes + config.pool) as u64;
@@ -375,6 +384,24 @@ fn connection_limits(config: &ServeConfig) -> runbox_mcp::ConnectionLimits {
         .max_connections_per_address
         .min(limits.max_connections);
     limits
+}
+
+/// The registry, as `/healthz` and `/metrics` tell it.
+struct RegistryStatus(Arc<Registry>);
+
+impl runbox_http::Status for RegistryStatus {
+    fn health(&self) -> serde_json::Map<String, serde_json::Value> {
+        let r = &self.0;
+        let mut m = serde_json::Map::new();
+        m.insert("backend".into(), r.backend().name().into());
+        m.insert("sandboxes".into(), r.count().into());
+        m.insert("pooled".into(), r.pooled().into());
+        m
+    }
+
+    fn census(&self) -> runbox_core::Census {
+        self.0.census()
+    }
 }
 
 async fn watch_signals(shutdown: CancellationToken) {

@@ -346,3 +346,46 @@ fn doctor_says_which_limits_hold_without_cgroups() {
         assert!(line.contains(needle), "no {needle:?} in: {line}");
     }
 }
+
+/// `runbox serve` with `args` and the variables `vars`, expected to refuse its settings: its
+/// exit status and what it said.
+fn serve_refused(args: &[&str], vars: &[(&str, &str)]) -> String {
+    let mut c = runbox();
+    c.arg("serve").args(args).stdin(Stdio::null());
+    for v in [
+        "RUNBOX_POOL",
+        "RUNBOX_STDIO",
+        "RUNBOX_HTTP",
+        "RUNBOX_CONFIG",
+    ] {
+        c.env_remove(v);
+    }
+    c.envs(vars.iter().copied());
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    text(&o.stderr)
+}
+
+#[test]
+fn serve_takes_a_flag_over_its_variable_over_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runbox.toml");
+    // Every pool here is too big, so the server says which one it got and starts nothing.
+    std::fs::write(&file, "stdio = true\npool = 100\n").unwrap();
+    let f = file.to_str().unwrap();
+    let said = serve_refused(&["--config", f], &[]);
+    assert!(said.contains("pool must be at most 64, got 100"), "{said}");
+    let said = serve_refused(&["--config", f], &[("RUNBOX_POOL", "65")]);
+    assert!(said.contains("got 65"), "{said}");
+    let said = serve_refused(&["--config", f, "--pool", "66"], &[("RUNBOX_POOL", "65")]);
+    assert!(said.contains("got 66"), "{said}");
+    // The file named by its variable; a key it should not have is named, with the file.
+    std::fs::write(&file, "stdio = true\nmax_sandboxs = 5\n").unwrap();
+    let said = serve_refused(&[], &[("RUNBOX_CONFIG", f)]);
+    assert!(
+        said.contains("max_sandboxs")
+            && said.contains("did you mean max_sandboxes")
+            && said.contains(f),
+        "{said}"
+    );
+}

@@ -22,7 +22,7 @@ use rmcp::model::{ErrorCode, ErrorData, RequestId, ServerJsonRpcMessage};
 
 use super::sessions::{SESSION_HEADER, SessionBook, tenant_of};
 use crate::jsonrpc::{IdScanner, diagnose, too_large};
-use crate::metrics::{Metrics, Rejection};
+use runbox_http::{Metrics, Rejection};
 
 /// State of the [`gate`] layer.
 #[derive(Debug, Clone)]

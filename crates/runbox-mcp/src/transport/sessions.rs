@@ -38,9 +38,8 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::HeldBody;
 use crate::caller::Caller;
-use crate::metrics::Metrics;
+use runbox_http::{HeldBody, Metrics};
 
 /// How long a request whose client went away keeps running, waiting for the client to
 /// resume its stream, before it is cancelled: past rmcp's `retry` hint (3 s), so a client

@@ -1,120 +1,76 @@
-//! Settings of the HTTP server's connections and MCP sessions: flags, their TOML keys, and
-//! the defaults.
-
-use std::time::Duration;
+//! Settings of the HTTP server's connections and MCP sessions, and their checks.
 
 use anyhow::bail;
 use clap::Args;
-use runbox_mcp::{ConnectionLimits, SessionLimits};
+use runbox_http::ConnectionLimits;
+use runbox_mcp::SessionLimits;
 
 use super::secs;
 
 /// Flags for the HTTP server's connections and sessions.
-#[derive(Debug, Default, Args)]
+#[derive(Debug, Args)]
 pub(crate) struct HttpLimitArgs {
     /// Most HTTP connections open at once; lowered at start if the open-files limit leaves
-    /// no room for them beside every sandbox's descriptors [default: 1024].
-    #[arg(long, env = "RUNBOX_MAX_CONNECTIONS", value_name = "N")]
-    pub(crate) max_connections: Option<usize>,
+    /// no room for them beside every sandbox's descriptors.
+    #[arg(long, env = "RUNBOX_MAX_CONNECTIONS", value_name = "N",
+          default_value_t = ConnectionLimits::default().max_connections)]
+    pub(crate) max_connections: usize,
 
-    /// Most HTTP connections open at once from one peer address [default: 128].
-    #[arg(long, env = "RUNBOX_MAX_CONNECTIONS_PER_ADDRESS", value_name = "N")]
-    pub(crate) max_connections_per_address: Option<usize>,
+    /// Most HTTP connections open at once from one peer address.
+    #[arg(long, env = "RUNBOX_MAX_CONNECTIONS_PER_ADDRESS", value_name = "N",
+          default_value_t = ConnectionLimits::default().max_connections_per_address)]
+    pub(crate) max_connections_per_address: usize,
 
     /// Seconds a request head may take to arrive, from its first byte (a new connection:
-    /// from the accept) [default: 10].
-    #[arg(long, env = "RUNBOX_HTTP_HEADER_TIMEOUT", value_name = "S")]
-    pub(crate) http_header_timeout: Option<f64>,
+    /// from the accept).
+    #[arg(long, env = "RUNBOX_HTTP_HEADER_TIMEOUT", value_name = "S",
+          default_value_t = ConnectionLimits::default().header_timeout.as_secs_f64())]
+    pub(crate) http_header_timeout: f64,
 
-    /// Seconds a kept-alive HTTP connection with no request in progress stays open
-    /// [default: 60].
-    #[arg(long, env = "RUNBOX_HTTP_IDLE_TIMEOUT", value_name = "S")]
-    pub(crate) http_idle_timeout: Option<f64>,
+    /// Seconds a kept-alive HTTP connection with no request in progress stays open.
+    #[arg(long, env = "RUNBOX_HTTP_IDLE_TIMEOUT", value_name = "S",
+          default_value_t = ConnectionLimits::default().idle_timeout.as_secs_f64())]
+    pub(crate) http_idle_timeout: f64,
 
-    /// Most MCP sessions (2025-11-25 clients) live at once [default: 1000].
-    #[arg(long, env = "RUNBOX_MAX_SESSIONS", value_name = "N")]
-    pub(crate) max_sessions: Option<usize>,
+    /// Most MCP sessions (2025-11-25 clients) live at once.
+    #[arg(long, env = "RUNBOX_MAX_SESSIONS", value_name = "N",
+          default_value_t = SessionLimits::default().max_sessions)]
+    pub(crate) max_sessions: usize,
 
     /// Most MCP sessions one tenant may hold [default: no limit but --max-sessions].
     #[arg(long, env = "RUNBOX_MAX_SESSIONS_PER_TENANT", value_name = "N")]
     pub(crate) max_sessions_per_tenant: Option<usize>,
 
-    /// Seconds an MCP session with no request in progress and no stream open lives
-    /// [default: 600].
-    #[arg(long, env = "RUNBOX_SESSION_IDLE_TIMEOUT", value_name = "S")]
-    pub(crate) session_idle_timeout: Option<f64>,
+    /// Seconds an MCP session with no request in progress and no stream open lives.
+    #[arg(long, env = "RUNBOX_SESSION_IDLE_TIMEOUT", value_name = "S",
+          default_value_t = SessionLimits::default().idle_timeout.as_secs_f64())]
+    pub(crate) session_idle_timeout: f64,
 }
 
-/// The same settings from the config file (top-level keys).
-#[derive(Debug, Default)]
-pub(crate) struct HttpLimitFile {
-    pub(crate) max_connections: Option<usize>,
-    pub(crate) max_connections_per_address: Option<usize>,
-    pub(crate) http_header_timeout: Option<f64>,
-    pub(crate) http_idle_timeout: Option<f64>,
-    pub(crate) max_sessions: Option<usize>,
-    pub(crate) max_sessions_per_tenant: Option<usize>,
-    pub(crate) session_idle_timeout: Option<f64>,
-}
-
-/// Flags over the file over the defaults, checked.
-pub(crate) fn resolve(
-    args: HttpLimitArgs,
-    file: HttpLimitFile,
-) -> anyhow::Result<(ConnectionLimits, SessionLimits)> {
-    let count = |name: &str, v: Option<usize>, default: usize| -> anyhow::Result<usize> {
-        match v.unwrap_or(default) {
+/// The limits, checked.
+pub(crate) fn resolve(args: HttpLimitArgs) -> anyhow::Result<(ConnectionLimits, SessionLimits)> {
+    let count = |name: &str, v: usize| -> anyhow::Result<usize> {
+        match v {
             0 => bail!("{name} must be at least 1"),
             n => Ok(n),
         }
     };
-    let duration = |name: &str, v: Option<f64>, default: Duration| match v {
-        Some(v) => secs(name, v),
-        None => Ok(default),
-    };
-    let c = ConnectionLimits::default();
     let connections = ConnectionLimits {
-        max_connections: count(
-            "max_connections",
-            args.max_connections.or(file.max_connections),
-            c.max_connections,
-        )?,
+        max_connections: count("max_connections", args.max_connections)?,
         max_connections_per_address: count(
             "max_connections_per_address",
-            args.max_connections_per_address
-                .or(file.max_connections_per_address),
-            c.max_connections_per_address,
+            args.max_connections_per_address,
         )?,
-        header_timeout: duration(
-            "http_header_timeout",
-            args.http_header_timeout.or(file.http_header_timeout),
-            c.header_timeout,
-        )?,
-        idle_timeout: duration(
-            "http_idle_timeout",
-            args.http_idle_timeout.or(file.http_idle_timeout),
-            c.idle_timeout,
-        )?,
+        header_timeout: secs("http_header_timeout", args.http_header_timeout)?,
+        idle_timeout: secs("http_idle_timeout", args.http_idle_timeout)?,
     };
-    let s = SessionLimits::default();
-    let per_tenant = args
-        .max_sessions_per_tenant
-        .or(file.max_sessions_per_tenant);
     let sessions = SessionLimits {
-        max_sessions: count(
-            "max_sessions",
-            args.max_sessions.or(file.max_sessions),
-            s.max_sessions,
-        )?,
-        max_sessions_per_tenant: match per_tenant {
-            Some(n) => Some(count("max_sessions_per_tenant", Some(n), n)?),
+        max_sessions: count("max_sessions", args.max_sessions)?,
+        max_sessions_per_tenant: match args.max_sessions_per_tenant {
+            Some(n) => Some(count("max_sessions_per_tenant", n)?),
             None => None,
         },
-        idle_timeout: duration(
-            "session_idle_timeout",
-            args.session_idle_timeout.or(file.session_idle_timeout),
-            s.idle_timeout,
-        )?,
+        idle_timeout: secs("session_idle_timeout", args.session_idle_timeout)?,
     };
     Ok((connections, sessions))
 }
@@ -123,6 +79,7 @@ pub(crate) fn resolve(
 mod tests {
     use super::*;
     use clap::Parser;
+    use std::time::Duration;
 
     #[derive(Debug, Parser)]
     struct Wrapper {
@@ -137,8 +94,8 @@ mod tests {
     }
 
     #[test]
-    fn flags_win_over_the_file_over_the_defaults() {
-        let (c, s) = resolve(args(&[]), HttpLimitFile::default()).unwrap();
+    fn the_defaults_are_the_transport_s_and_flags_change_them() {
+        let (c, s) = resolve(args(&[])).unwrap();
         assert_eq!(c.max_connections, 1024);
         assert_eq!(c.max_connections_per_address, 128);
         assert_eq!(c.header_timeout, Duration::from_secs(10));
@@ -147,18 +104,20 @@ mod tests {
         assert_eq!(s.max_sessions_per_tenant, None);
         assert_eq!(s.idle_timeout, Duration::from_secs(600));
 
-        let file = HttpLimitFile {
-            max_connections: Some(50),
-            max_sessions: Some(7),
-            max_sessions_per_tenant: Some(2),
-            session_idle_timeout: Some(30.0),
-            http_idle_timeout: Some(5.0),
-            ..HttpLimitFile::default()
-        };
-        let (c, s) = resolve(
-            args(&["--max-connections", "9", "--http-header-timeout", "2.5"]),
-            file,
-        )
+        let (c, s) = resolve(args(&[
+            "--max-connections",
+            "9",
+            "--http-header-timeout",
+            "2.5",
+            "--http-idle-timeout",
+            "5",
+            "--max-sessions",
+            "7",
+            "--max-sessions-per-tenant",
+            "2",
+            "--session-idle-timeout",
+            "30",
+        ]))
         .unwrap();
         assert_eq!(c.max_connections, 9);
         assert_eq!(c.header_timeout, Duration::from_millis(2500));
@@ -179,7 +138,7 @@ mod tests {
             ["--session-idle-timeout=-1", ""],
         ] {
             let argv: Vec<&str> = bad.into_iter().filter(|a| !a.is_empty()).collect();
-            let e = resolve(args(&argv), HttpLimitFile::default()).unwrap_err();
+            let e = resolve(args(&argv)).unwrap_err();
             let name = bad[0][2..].split('=').next().unwrap().replace('-', "_");
             assert!(e.to_string().contains(&name), "{bad:?}: {e}");
         }

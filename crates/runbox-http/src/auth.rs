@@ -1,22 +1,24 @@
-//! Authentication and rate limits of the HTTP transport.
+//! Authentication and rate limits, in front of every front's routes.
 //!
-//! In front of `/mcp`, [`authenticate`] requires `Authorization: Bearer <token>` and asks the
-//! operator's [`Authenticator`] (runbox's own tokens, an OAuth issuer's JWTs, or both) which
-//! tenant it stands for. A missing or refused token gets `401` with a `WWW-Authenticate:
-//! Bearer` challenge, which with OAuth points to this server's protected-resource metadata
-//! (RFC 9728) so that clients can find the authorization server. A verified request carries
-//! its [`Caller`] on to the MCP service, where every tool acts for that tenant only.
+//! [`authenticate`] requires a token, `Authorization: Bearer <token>` or one of the front's
+//! own key headers (an E2B-style API takes `X-API-KEY`), and asks the operator's
+//! [`Authenticator`] (runbox's own tokens, an OAuth issuer's JWTs, or both) which tenant it
+//! stands for. A missing or refused token gets `401` with a `WWW-Authenticate: Bearer`
+//! challenge, which with OAuth points to the front's protected-resource metadata (RFC 9728)
+//! so that clients can find the authorization server. A verified request carries its
+//! [`Caller`] on to the front, which acts for that tenant only.
 //!
-//! [`rate_limit`] then counts the tenant's requests (`POST`s: each carries one JSON-RPC
-//! message) in a token bucket: past its rate the answer is `429` with `Retry-After`.
-//! `/healthz`, `/metrics` and the metadata document are served without a token.
+//! [`rate_limit`] then counts the tenant's requests (those the front counts: the MCP front
+//! its `POST`s, each carrying one JSON-RPC message) in a token bucket: past its rate the
+//! answer is `429` with `Retry-After`. `/healthz`, `/metrics` and the metadata documents are
+//! served without a token.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -42,7 +44,7 @@ pub trait Authenticator: Send + Sync + 'static {
     async fn authenticate(&self, token: &str) -> Result<Caller, AuthFailure>;
 }
 
-/// Authentication of the HTTP transport.
+/// Authentication of the HTTP server.
 #[derive(Clone)]
 pub struct HttpAuth {
     /// Verifies tokens.
@@ -64,9 +66,9 @@ impl std::fmt::Debug for HttpAuth {
     }
 }
 
-/// Where the protected-resource metadata of `/mcp` is served (RFC 9728 §3.1: the well-known
-/// prefix inserted before the resource's path); the bare prefix is served too.
-pub(crate) const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
+/// The prefix of protected-resource metadata: a resource's is served at this prefix and the
+/// resource's path (RFC 9728 §3.1); the bare prefix serves the first resource's too.
+pub const RESOURCE_METADATA_PREFIX: &str = "/.well-known/oauth-protected-resource";
 
 impl HttpAuth {
     fn base_url(&self, headers: &HeaderMap) -> String {
@@ -80,23 +82,31 @@ impl HttpAuth {
         format!("http://{host}")
     }
 
-    /// The RFC 9728 document for `/mcp`.
-    pub(crate) fn resource_metadata(&self, headers: &HeaderMap) -> serde_json::Value {
+    /// The RFC 9728 document for the resource at `path` (`/mcp`).
+    pub(crate) fn resource_metadata(&self, headers: &HeaderMap, path: &str) -> serde_json::Value {
         serde_json::json!({
-            "resource": format!("{}/mcp", self.base_url(headers)),
+            "resource": format!("{}{path}", self.base_url(headers)),
             "authorization_servers": self.authorization_servers,
             "bearer_methods_supported": ["header"],
             "resource_name": "runbox",
         })
     }
 
-    /// The `WWW-Authenticate` challenge; `error` is the reason a token was refused (none when
-    /// there was no token, as RFC 6750 §3.1 asks).
-    fn challenge(&self, headers: &HeaderMap, error: Option<&str>) -> String {
+    /// The `WWW-Authenticate` challenge of the resource at `resource` (`/mcp`; `None`: one
+    /// without OAuth metadata); `error` is the reason a token was refused (none when there was
+    /// no token, as RFC 6750 §3.1 asks).
+    fn challenge(
+        &self,
+        headers: &HeaderMap,
+        resource: Option<&str>,
+        error: Option<&str>,
+    ) -> String {
         let mut c = String::from("Bearer realm=\"runbox\"");
-        if !self.authorization_servers.is_empty() {
+        if let Some(path) = resource
+            && !self.authorization_servers.is_empty()
+        {
             c.push_str(&format!(
-                ", resource_metadata=\"{}{RESOURCE_METADATA_PATH}\"",
+                ", resource_metadata=\"{}{RESOURCE_METADATA_PREFIX}{path}\"",
                 self.base_url(headers)
             ));
         }
@@ -117,20 +127,31 @@ impl HttpAuth {
     }
 }
 
-/// What the auth layer needs.
+/// What the auth layer of one front needs.
 #[derive(Clone)]
 pub(crate) struct AuthState {
     pub auth: HttpAuth,
     pub metrics: Arc<Metrics>,
+    /// Headers whose value is a token too, besides `Authorization: Bearer`.
+    pub key_headers: Arc<[HeaderName]>,
+    /// The front's OAuth resource path, if it has one.
+    pub resource: Option<String>,
 }
 
 fn unauthorized(state: &AuthState, headers: &HeaderMap, error: Option<&str>) -> Response {
     state.metrics.rejected(Rejection::Unauthenticated);
-    let challenge = state.auth.challenge(headers, error);
+    let challenge = state
+        .auth
+        .challenge(headers, state.resource.as_deref(), error);
+    let wanted = std::iter::once("Authorization: Bearer <token>".to_owned())
+        .chain(state.key_headers.iter().map(|h| format!("{h}: <token>")))
+        .collect::<Vec<_>>()
+        .join(" or ");
     let body = serde_json::json!({
         "error": if error.is_some() { "invalid_token" } else { "unauthorized" },
-        "error_description": error.unwrap_or(
-            "this server requires Authorization: Bearer <token>"
+        "error_description": error.map_or_else(
+            || format!("this server requires {wanted}"),
+            str::to_owned,
         ),
     });
     let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
@@ -140,15 +161,10 @@ fn unauthorized(state: &AuthState, headers: &HeaderMap, error: Option<&str>) -> 
     response
 }
 
-/// The auth layer: a request to `/mcp` goes on only with a token the authenticator accepts,
-/// carrying its [`Caller`].
-pub(crate) async fn authenticate(
-    State(state): State<AuthState>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let presented = req
-        .headers()
+/// The token a request presents: its `Authorization: Bearer` value, else the first of
+/// `key_headers` it carries.
+fn presented(headers: &HeaderMap, key_headers: &[HeaderName]) -> Option<String> {
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
@@ -158,6 +174,22 @@ pub(crate) async fn authenticate(
                 .eq_ignore_ascii_case("bearer")
                 .then(|| token.trim().to_owned())
         });
+    bearer.or_else(|| {
+        key_headers
+            .iter()
+            .find_map(|h| headers.get(h)?.to_str().ok())
+            .map(|v| v.trim().to_owned())
+    })
+}
+
+/// The auth layer: a request goes on to the front only with a token the authenticator
+/// accepts, carrying its [`Caller`].
+pub(crate) async fn authenticate(
+    State(state): State<AuthState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let presented = presented(req.headers(), &state.key_headers);
     let Some(token) = presented.filter(|t| !t.is_empty()) else {
         return unauthorized(&state, req.headers(), None);
     };
@@ -259,13 +291,21 @@ impl RateLimiter {
     }
 }
 
+/// What the rate-limit layer of one front needs.
+#[derive(Clone)]
+pub(crate) struct RateState {
+    pub limiter: Arc<RateLimiter>,
+    /// Which requests count: the MCP front's POSTs, an API's every request.
+    pub counted: fn(&Method) -> bool,
+}
+
 /// The rate-limit layer (after [`authenticate`], which tells whose request it is).
 pub(crate) async fn rate_limit(
-    State(limiter): State<Arc<RateLimiter>>,
+    State(RateState { limiter, counted }): State<RateState>,
     req: Request,
     next: Next,
 ) -> Response {
-    if req.method() != Method::POST {
+    if !counted(req.method()) {
         return next.run(req).await;
     }
     let caller = req.extensions().get::<Caller>();
@@ -339,9 +379,17 @@ mod tests {
         };
         let mut headers = HeaderMap::new();
         headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8000"));
-        assert_eq!(auth.challenge(&headers, None), "Bearer realm=\"runbox\"");
+        assert_eq!(
+            auth.challenge(&headers, Some("/mcp"), None),
+            "Bearer realm=\"runbox\""
+        );
         auth.authorization_servers = vec!["https://idp.example".into()];
-        let c = auth.challenge(&headers, Some("bad \"token\"\n"));
+        assert_eq!(
+            auth.challenge(&headers, None, None),
+            "Bearer realm=\"runbox\"",
+            "a front without a resource has no metadata to point to"
+        );
+        let c = auth.challenge(&headers, Some("/mcp"), Some("bad \"token\"\n"));
         assert_eq!(
             c,
             "Bearer realm=\"runbox\", resource_metadata=\"http://127.0.0.1:8000/.well-known/\
@@ -350,7 +398,7 @@ mod tests {
         );
         auth.public_url = Some("https://runbox.example/".into());
         assert_eq!(
-            auth.resource_metadata(&headers)["resource"],
+            auth.resource_metadata(&headers, "/mcp")["resource"],
             "https://runbox.example/mcp"
         );
     }

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use super::HeldBody;
+use crate::HeldBody;
 use crate::metrics::{Metrics, Rejection};
 
 /// Limits on the HTTP server's connections.
